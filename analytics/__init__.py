@@ -1,0 +1,1 @@
+"""Delivery analytics: log schema, PySpark jobs, Celery tasks, rollups and dashboards."""

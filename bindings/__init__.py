@@ -1,0 +1,1 @@
+"""The control plane: configuration models, validation, admin, API, and read/write functions."""

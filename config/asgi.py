@@ -1,0 +1,20 @@
+"""ASGI entry point for daphne: stream paths go to the SSE endpoint, the rest to Django."""
+
+from __future__ import annotations
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+django_app = get_asgi_application()
+
+# Imported after Django is set up: these modules use models and settings.
+from channels.routing import ProtocolTypeRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+
+from streams.endpoint import StreamEndpoint  # noqa: E402
+
+http_app = ASGIStaticFilesHandler(django_app) if settings.SERVE_STATIC else django_app
+application = ProtocolTypeRouter({"http": StreamEndpoint(http_app)})

@@ -1,0 +1,13 @@
+"""The Celery application: Redis broker, tasks discovered in the installed apps."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+
+app = Celery("platform")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

@@ -1,0 +1,110 @@
+"""Typed readers for settings that come from the environment.
+
+Each reader fails loudly with the variable's name and what was wrong, so a bad value stops the process at
+start-up instead of surfacing as a confusing error later. Unset variables fall back to the default, then
+to ``var/services.env`` (written by ``platform/services.py`` for the embedded services).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+SERVICES_ENV = BASE_DIR / "var" / "services.env"
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _embedded() -> dict[str, str]:
+    try:
+        lines = SERVICES_ENV.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    pairs = (line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def _raw(name: str) -> str | None:
+    value = os.environ.get(name)
+    if value is None:
+        value = _embedded().get(name)
+    return value
+
+
+def envstr(name: str, default: str | None = None) -> str:
+    value = _raw(name)
+    if value is None or value == "":
+        if default is None:
+            raise ImproperlyConfigured(
+                f"{name} is not set. Set it, or start the embedded services with `make run` / `make test`."
+            )
+        return default
+    return value
+
+
+def envbool(name: str, default: bool) -> bool:
+    value = _raw(name)
+    if value is None:
+        return default
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use one of 1/0, true/false, yes/no, on/off).")
+
+
+def envint(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    value = _raw(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not an integer.") from None
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name}={number} is below the minimum of {minimum}.")
+    if maximum is not None and number > maximum:
+        raise ImproperlyConfigured(f"{name}={number} is above the maximum of {maximum}.")
+    return number
+
+
+def envlist(name: str, default: list[str]) -> list[str]:
+    value = _raw(name)
+    if value is None:
+        return list(default)
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def database_from_url(name: str, url: str) -> dict[str, object]:
+    """Django ``DATABASES`` entry from ``postgres://user:password@host:port/dbname``."""
+    parts = urlsplit(url)
+    if parts.scheme not in {"postgres", "postgresql"}:
+        raise ImproperlyConfigured(f"{name}={url!r}: only postgres:// URLs are supported.")
+    dbname = unquote(parts.path.lstrip("/"))
+    if not dbname:
+        raise ImproperlyConfigured(f"{name}={url!r} names no database (postgres://user@host:port/DBNAME).")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={url!r} has an invalid port.") from None
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": dbname,
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(port or ""),
+        "CONN_MAX_AGE": 0,
+    }
+
+
+def redis_url(name: str, url: str) -> str:
+    if urlsplit(url).scheme not in {"redis", "rediss", "unix"}:
+        raise ImproperlyConfigured(f"{name}={url!r}: expected a redis://, rediss:// or unix:// URL.")
+    return url

@@ -1,0 +1,28 @@
+"""Connections to the services the platform uses: Redis (Channels layer, Celery) and Kafka."""
+
+from __future__ import annotations
+
+from config.env import envint, envstr, redis_url
+from config.kafka import KafkaSettings
+
+REDIS_URL = redis_url("REDIS_URL", envstr("REDIS_URL"))
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    },
+}
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+KAFKA = KafkaSettings(
+    bootstrap_servers=envstr("KAFKA_BOOTSTRAP_SERVERS"),
+    client_id=envstr("KAFKA_CLIENT_ID", default="sse-platform"),
+    fetch_wait_max_ms=envint("KAFKA_FETCH_WAIT_MAX_MS", default=20, minimum=1, maximum=10_000),
+    metadata_timeout_s=envint("KAFKA_METADATA_TIMEOUT_MS", default=5_000, minimum=100) / 1000,
+)

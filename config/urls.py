@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+from django.views.generic import TemplateView
+from rest_framework.routers import DefaultRouter
+
+from bindings.api import RouteViewSet
+
+router = DefaultRouter()
+router.register("routes", RouteViewSet)
+
+urlpatterns = [
+    path("", TemplateView.as_view(template_name="demo.html"), name="demo"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include(router.urls)),
+]

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Install whatever this checkout needs and is missing on this machine:
+#   - Debian packages: redis-server, chromium, postgresql-15 (binaries only;
+#     no system service is started or used),
+#   - a Python 3.11 virtualenv at .venv with the project installed
+#     (pip install -e '.[dev]'), skipped when .venv/.installed-<sha256 of
+#     pyproject.toml> exists.
+# Idempotent, and quiet and fast (< 2 s) when nothing is missing.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+PG_BIN=/usr/lib/postgresql/15/bin
+
+say() { printf 'install.sh: %s\n' "$*" >&2; }
+
+# Run a noisy command with its output kept in a log; show the log only if it fails.
+quietly() {
+    local log rc=0
+    log="$(mktemp)"
+    "$@" >"$log" 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        tail -n 40 "$log" >&2
+        say "error: command failed (exit $rc): $*"
+    fi
+    rm -f "$log"
+    return "$rc"
+}
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    else
+        sudo "$@"
+    fi
+}
+
+# --- Debian packages -------------------------------------------------------
+apt_pkgs=()
+command -v redis-server >/dev/null 2>&1 || apt_pkgs+=(redis-server)
+[ -x /usr/bin/chromium ] || apt_pkgs+=(chromium)
+[ -x "$PG_BIN/postgres" ] && [ -x "$PG_BIN/initdb" ] && [ -x "$PG_BIN/pg_ctl" ] \
+    || apt_pkgs+=(postgresql-15)
+
+if [ "${#apt_pkgs[@]}" -gt 0 ]; then
+    say "installing Debian packages: ${apt_pkgs[*]}"
+    quietly as_root apt-get update
+    quietly as_root env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y --no-install-recommends "${apt_pkgs[@]}"
+fi
+
+# --- Python virtualenv -------------------------------------------------------
+find_python311() {
+    local cand
+    for cand in python3.11 python3; do
+        if command -v "$cand" >/dev/null 2>&1 \
+            && "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+            command -v "$cand"
+            return 0
+        fi
+    done
+    return 1
+}
+
+venv_ok() {
+    [ -x .venv/bin/python ] \
+        && .venv/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null
+}
+
+if ! venv_ok; then
+    py="$(find_python311)" || {
+        say "error: no Python 3.11 interpreter found (need python3.11 or python3 == 3.11)"
+        exit 1
+    }
+    say "creating virtualenv .venv with $py"
+    rm -rf .venv
+    "$py" -m venv .venv
+fi
+
+hash="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+stamp=".venv/.installed-$hash"
+if [ ! -e "$stamp" ]; then
+    say "installing Python packages into .venv (pip install -e '.[dev]')"
+    quietly .venv/bin/python -m pip install -U pip wheel setuptools
+    quietly .venv/bin/python -m pip install -e '.[dev]'
+    rm -f .venv/.installed-*
+    touch "$stamp"
+    say "done"
+fi

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Prepares the database and the demo, prints where everything is, then runs the Procfile with honcho.
+# Run through `make run` (platform/with-services.sh provides DATABASE_URL, REDIS_URL, KAFKA_BOOTSTRAP_SERVERS).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-config.settings.local}"
+export WEB_HOST="${WEB_HOST:-127.0.0.1}" WEB_PORT="${WEB_PORT:-8000}"
+export PYTHONUNBUFFERED=1
+py=.venv/bin/python
+
+if ! "$py" -c "import socket,sys; s=socket.socket(); s.bind((sys.argv[1], int(sys.argv[2])))" "$WEB_HOST" "$WEB_PORT" 2>/dev/null; then
+  echo "error: $WEB_HOST:$WEB_PORT is in use; stop what uses it or choose another port: make run WEB_PORT=8001" >&2
+  exit 1
+fi
+"$py" manage.py migrate --noinput -v 0
+setup=$("$py" manage.py demo_setup --topic items-snapshots --path /items)
+base="http://$WEB_HOST:$WEB_PORT"
+echo
+echo "demo: $base/"
+echo "admin: $base/admin/"
+echo "api: $base/api/v1/"
+echo "kafka: $KAFKA_BOOTSTRAP_SERVERS"
+grep -E '^(admin user|admin password):' <<<"$setup"
+echo
+exec .venv/bin/honcho -f platform/Procfile -d . start

@@ -1,0 +1,161 @@
+"""Fixtures over the real services: Postgres (pytest-django), the Kafka-protocol broker, a live daphne."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from django.conf import settings
+
+from streams.topics import ensure_topic
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.05) -> object:
+    """Poll `condition` until it returns something truthy; fail with a clear message at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout} s")
+        time.sleep(interval)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def created_topics() -> Iterator[list[str]]:
+    """Topics the tests made, deleted once at the very end, after the live server has stopped.
+
+    Not per test: deleting a topic that a consumer still has assigned (a stream whose close is still in flight)
+    makes librdkafka 2.16 crash in its metadata cache against the embedded broker (tansu 0.6).
+    """
+    created: list[str] = []
+    yield created
+    if created:
+        admin = AdminClient(settings.KAFKA.admin_config())
+        for future in admin.delete_topics(created).values():
+            future.result(timeout=10)
+
+
+@pytest.fixture
+def new_topic(created_topics: list[str]) -> Callable[..., str]:
+    """Create topics with unique names."""
+
+    def make(partitions: int = 1, config: dict[str, str] | None = None) -> str:
+        name = unique("t")
+        ensure_topic(settings.KAFKA, name, partitions=partitions, config=config)
+        created_topics.append(name)
+        return name
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def producer() -> Iterator[Producer]:
+    instance = Producer({**settings.KAFKA.producer_config(), "linger.ms": 1})
+    yield instance
+    instance.flush(10)
+
+
+@pytest.fixture
+def produce(producer: Producer) -> Callable[..., tuple[int, int]]:
+    """Produce one record per request (so end offsets are exact on every broker); returns (partition, offset)."""
+
+    def send(
+        topic: str,
+        value: bytes | None,
+        *,
+        partition: int = 0,
+        key: bytes | None = None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+    ) -> tuple[int, int]:
+        delivered: list[tuple[int, int]] = []
+        errors: list[object] = []
+
+        def report(err: object, msg: object) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                delivered.append((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
+
+        producer.produce(topic, value=value, key=key, partition=partition, headers=headers, on_delivery=report)
+        producer.flush(10)
+        assert not errors, errors
+        assert delivered, "no delivery report"
+        return delivered[0]
+
+    return send
+
+
+@pytest.fixture(scope="session")
+def daphne_url(django_db_setup: None, django_db_blocker: object) -> Iterator[str]:
+    """daphne serving the platform on a free port, on the test database; yields its base URL."""
+    db = settings.DATABASES["default"]
+    database_url = f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    port = free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "PYTHONFAULTHANDLER": "1",
+        "DATABASE_URL": database_url,
+        "REDIS_URL": settings.REDIS_URL,
+        "KAFKA_BOOTSTRAP_SERVERS": settings.KAFKA.bootstrap_servers,
+    }
+    log_path = ROOT / "var" / "test-daphne.log"
+    log_path.parent.mkdir(exist_ok=True)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable, "-m", "daphne", "-v", "1",
+                "-e", f"tcp:port={port}:interface=127.0.0.1:backlog=4096",
+                "config.asgi:application",
+            ],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+
+        def healthy() -> bool:
+            if process.poll() is not None:
+                pytest.fail(f"daphne exited with {process.returncode}: {log_path.read_text()[-2000:]}")
+            try:
+                return httpx.get(f"{url}/-/health", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        try:
+            wait_until(healthy, timeout=30, interval=0.2)
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def health(daphne_url: str) -> dict[str, int]:
+    body: dict[str, int] = httpx.get(f"{daphne_url}/-/health", timeout=5).json()
+    return body
