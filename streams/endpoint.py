@@ -18,11 +18,14 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 
-from bindings.selectors import RouteSpec, route_specs
+from bindings.selectors import EVENT_ID_KEY_AND_ETAG, EndpointSpec, RouteSpec, route_specs
 from streams import sse
-from streams.event_id import OFFSET_EARLIEST, etag_id, parse_id
+from streams.event_id import OFFSET_EARLIEST, parse_id
+from streams.filters import compile_filters
 from streams.kafka import KafkaUnavailableError, ReaderStats, TopicNotFoundError, TopicReader
-from streams.routing import compile_routes, match_path
+from streams.positions import Watermarks, parse_since, plan_start, since_offsets
+from streams.routing import Match, compile_routes, match_path
+from streams.subscription import Subscription, SubscriptionOptions
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +41,10 @@ POLL_TIMEOUT_S = 0.1
 
 
 class StreamStats:
-    """Open streams in this process (health endpoint, tests)."""
+    """Counters of this process (health endpoint, tests)."""
 
     open_streams = 0
+    malformed_ids = 0
 
 
 def _load_routes() -> tuple[RouteSpec, ...]:
@@ -97,6 +101,24 @@ def last_event_id(scope: Scope) -> bytes | None:
     return values[0].encode("utf-8") if values else None
 
 
+def cors_headers(endpoint: EndpointSpec, origin: bytes | None) -> tuple[tuple[bytes, bytes], ...]:
+    """CORS response headers for an allowed `origin`; none for others (the browser then blocks the read)."""
+    if origin is None or not endpoint.cors_origins:
+        return ()
+    text = origin.decode("latin-1")
+    wildcard = "*" in endpoint.cors_origins
+    if wildcard and not endpoint.cors_credentials:
+        allowed = b"*"
+    elif wildcard or text in endpoint.cors_origins:
+        allowed = origin
+    else:
+        return ()
+    headers = [(b"access-control-allow-origin", allowed), (b"vary", b"origin")]
+    if endpoint.cors_credentials:
+        headers.append((b"access-control-allow-credentials", b"true"))
+    return tuple(headers)
+
+
 def raw_path(scope: Scope) -> str:
     raw = scope.get("raw_path")
     if raw:
@@ -121,7 +143,12 @@ class StreamEndpoint:
 
     async def internal(self, scope: Scope, send: Send) -> None:
         if scope["path"] == "/-/health":
-            body = {"status": "ok", "streams": StreamStats.open_streams, "kafka_readers": ReaderStats.open_readers}
+            body = {
+                "status": "ok",
+                "streams": StreamStats.open_streams,
+                "kafka_readers": ReaderStats.open_readers,
+                "malformed_ids": StreamStats.malformed_ids,
+            }
             await respond_json(send, 200, body)
         else:
             await problem(send, 404, "Not found", f"Nothing at {scope['path']}.")
@@ -132,14 +159,16 @@ class Stream:
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope, self.receive, self.send = scope, receive, send
+        self.cors: tuple[tuple[bytes, bytes], ...] = ()
+
+    async def problem(self, status: int, title: str, detail: str, **extra: Any) -> None:
+        await problem(self.send, status, title, detail, headers=self.cors, **extra)
 
     async def run(self) -> None:
         method = self.scope["method"]
+        path = raw_path(self.scope)
         if method == "OPTIONS":
-            await self.send(
-                {"type": "http.response.start", "status": 204, "headers": [(b"allow", STREAM_METHODS.encode())]}
-            )
-            await self.send({"type": "http.response.body", "body": b""})
+            await self.preflight(path)
             return
         if method not in {"GET", "HEAD"}:
             await problem(
@@ -159,59 +188,107 @@ class Stream:
                 self.send, 400, "Bad request", f"Last-Event-ID is longer than {MAX_LAST_EVENT_ID_BYTES} bytes."
             )
             return
-        path = raw_path(self.scope)
         matched = match_path(compile_routes(await load_routes()), path)
         if matched is None:
             await problem(self.send, 404, "No route", f"No route matches {path}.")
             return
+        self.cors = cors_headers(matched.route.endpoint, _header(self.scope, b"origin"))
+        since_ms = None
+        since_text = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("since")
+        if since_text:
+            try:
+                since_ms = parse_since(since_text[0])
+            except ValueError as exc:
+                await self.problem(400, "Bad request", str(exc))
+                return
         reader = TopicReader(settings.KAFKA, matched.topic)
         try:
-            await self.serve(reader, resume, head_only=method == "HEAD")
+            await self.serve(reader, matched, resume, since_ms, head_only=method == "HEAD")
         finally:
             await reader.close()
 
-    async def serve(self, reader: TopicReader, resume: bytes | None, *, head_only: bool) -> None:
+    async def preflight(self, path: str) -> None:
+        matched = match_path(compile_routes(await load_routes()), path)
+        if matched is None:
+            await problem(self.send, 404, "No route", f"No route matches {path}.")
+            return
+        headers = [(b"allow", STREAM_METHODS.encode())]
+        cors = cors_headers(matched.route.endpoint, _header(self.scope, b"origin"))
+        if cors:
+            requested = _header(self.scope, b"access-control-request-headers")
+            headers += [*cors, (b"access-control-allow-methods", STREAM_METHODS.encode())]
+            headers += [(b"access-control-max-age", b"600")]
+            if requested:
+                headers.append((b"access-control-allow-headers", requested))
+        await self.send({"type": "http.response.start", "status": 204, "headers": headers})
+        await self.send({"type": "http.response.body", "body": b""})
+
+    async def serve(
+        self, reader: TopicReader, matched: Match, resume: bytes | None, since_ms: int | None, *, head_only: bool
+    ) -> None:
+        route = matched.route
         try:
-            partitions = await reader.open()
+            subscription, offsets, preamble = await self.subscribe(reader, matched, resume, since_ms)
         except TopicNotFoundError as exc:
-            await problem(self.send, 404, "Unknown topic", str(exc), topic=exc.topic)
+            await self.problem(404, "Unknown topic", str(exc), topic=exc.topic)
             return
         except KafkaUnavailableError as exc:
             log.warning("kafka unavailable for %s: %s", reader.topic, exc)
             await problem(
                 self.send, 503, "Kafka unavailable", "The message broker cannot be reached; retry later.",
-                headers=((b"retry-after", b"5"),),
+                headers=((b"retry-after", b"5"), *self.cors),
             )  # fmt: skip
             return
-        progress = dict.fromkeys(partitions, OFFSET_EARLIEST)
-        resumed = parse_id(resume.decode("utf-8", errors="replace")) if resume else None
-        for partition, offset in (resumed or {}).items():
-            if partition in progress:
-                progress[partition] = offset if offset >= 0 else OFFSET_EARLIEST
-        await self.send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"text/event-stream"),
-                    (b"cache-control", b"no-cache"),
-                    (b"x-accel-buffering", b"no"),
-                ],
-            }
-        )
+        headers = [
+            (b"content-type", b"text/event-stream"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+            *self.cors,
+        ]
+        await self.send({"type": "http.response.start", "status": 200, "headers": headers})
         if head_only:
             await self.send({"type": "http.response.body", "body": b""})
             return
-        await self.send({"type": "http.response.body", "body": sse.retry(settings.SSE_RETRY_MS), "more_body": True})
-        await reader.assign(dict(progress))
+        opening = sse.retry(route.endpoint.retry_ms) + preamble
+        await self.send({"type": "http.response.body", "body": opening, "more_body": True})
+        await reader.assign(offsets)
         StreamStats.open_streams += 1
         try:
-            await self.race(reader, progress)
+            await self.race(reader, subscription, route.endpoint.keepalive_s)
         finally:
             StreamStats.open_streams -= 1
 
-    async def race(self, reader: TopicReader, progress: dict[int, int]) -> None:
-        pump = asyncio.create_task(self.pump(reader, progress), name=f"sse-pump:{reader.topic}")
+    async def subscribe(
+        self, reader: TopicReader, matched: Match, resume: bytes | None, since_ms: int | None
+    ) -> tuple[Subscription, dict[int, int], bytes]:
+        """Where each partition starts, and the subscription that turns its records into events."""
+        route: RouteSpec = matched.route
+        info = await reader.open()
+        marks = {p: Watermarks(low, high) for p, (low, high) in (await reader.watermarks(info.partitions)).items()}
+        resumed = parse_id(resume.decode("utf-8", errors="replace")) if resume else None
+        if resume and resumed is None:
+            StreamStats.malformed_ids += 1
+            log.info("malformed Last-Event-ID on %s, starting fresh: %r", route.name, resume[:100])
+        since = None
+        if since_ms is not None:
+            since = since_offsets(await reader.offsets_for_time(info.partitions, since_ms), marks)
+        plan = plan_start(marks, resumed=resumed, start=route.start, since=since)
+        options = SubscriptionOptions(
+            filters=compile_filters(route.filters, matched.params),
+            key_form=route.event_id == EVENT_ID_KEY_AND_ETAG,
+            compacted=info.compacted,
+            caught_up=route.caught_up,
+        )
+        subscription = Subscription(
+            plan.progress,
+            ends={p: m.high for p, m in marks.items()},
+            starts={p: marks[p].low if o == OFFSET_EARLIEST else o for p, o in plan.offsets.items()},
+            options=options,
+        )
+        return subscription, plan.offsets, subscription.preamble(plan.resets)
+
+    async def race(self, reader: TopicReader, subscription: Subscription, keepalive: int) -> None:
+        pump = asyncio.create_task(self.pump(reader, subscription, keepalive), name=f"sse-pump:{reader.topic}")
         watcher = asyncio.create_task(self.wait_disconnect(), name="sse-disconnect")
         try:
             await asyncio.wait({pump, watcher}, return_when=asyncio.FIRST_COMPLETED)
@@ -227,18 +304,14 @@ class Stream:
         while (await self.receive())["type"] != "http.disconnect":
             pass
 
-    async def pump(self, reader: TopicReader, progress: dict[int, int]) -> None:
+    async def pump(self, reader: TopicReader, subscription: Subscription, keepalive: int) -> None:
         loop = asyncio.get_running_loop()
-        keepalive = settings.SSE_KEEPALIVE_S
         last_write = loop.time()
         while True:
-            records = await reader.poll(POLL_TIMEOUT_S)
-            if records:
-                chunks = []
-                for record in records:
-                    progress[record.partition] = record.offset + 1
-                    chunks.append(sse.message(record.value, record.key, etag_id(progress, record.header("etag"))))
-                await self.send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
+            batch = await reader.poll(POLL_TIMEOUT_S)
+            chunk = subscription.feed(batch.records, batch.eof)
+            if chunk:
+                await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
                 last_write = loop.time()
             elif keepalive and loop.time() - last_write >= keepalive:
                 await self.send({"type": "http.response.body", "body": sse.KEEPALIVE, "more_body": True})

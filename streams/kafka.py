@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
 
 from config.kafka import KafkaSettings
 
@@ -39,6 +41,18 @@ class Record:
 
     def header(self, name: str) -> bytes | None:
         return next((value for key, value in self.headers if key == name), None)
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    partitions: list[int]
+    compacted: bool  # cleanup.policy includes compact
+
+
+@dataclass(frozen=True)
+class Batch:
+    records: list[Record]
+    eof: set[int]  # partitions whose end the reader reached in this poll
 
 
 class ReaderStats:
@@ -72,14 +86,14 @@ class TopicReader:
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    async def open(self) -> list[int]:
-        """Connect and return the topic's partitions; raises TopicNotFound or KafkaUnavailable."""
+    async def open(self) -> TopicInfo:
+        """Connect and describe the topic; raises TopicNotFound or KafkaUnavailable."""
         ReaderStats.open_readers += 1
         self._counted = True
         return await self._run(self._open)  # type: ignore[no-any-return]
 
-    def _open(self) -> list[int]:
-        self._consumer = Consumer(self._kafka.consumer_config())
+    def _open(self) -> TopicInfo:
+        self._consumer = Consumer({**self._kafka.consumer_config(), "enable.partition.eof": True})
         try:
             metadata = self._consumer.list_topics(self.topic, timeout=self._kafka.metadata_timeout_s)
         except KafkaException as exc:
@@ -91,7 +105,46 @@ class TopicReader:
             raise KafkaUnavailableError(topic.error.str())
         if not topic.partitions:
             raise TopicNotFoundError(self.topic)
-        return sorted(topic.partitions)
+        return TopicInfo(partitions=sorted(topic.partitions), compacted=self._compacted())
+
+    def _compacted(self) -> bool:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic)
+        try:
+            future = _admin(self._kafka).describe_configs([resource])[resource]
+            configs = future.result(timeout=self._kafka.metadata_timeout_s)
+        except KafkaException as exc:
+            raise KafkaUnavailableError(str(exc)) from exc
+        policy = configs.get("cleanup.policy")
+        return policy is not None and "compact" in str(policy.value or "").split(",")
+
+    async def watermarks(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        """(earliest retained, end) offsets per partition, as of now."""
+        return await self._run(self._watermarks, partitions)  # type: ignore[no-any-return]
+
+    def _watermarks(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        assert self._consumer is not None  # noqa: S101
+        timeout = self._kafka.metadata_timeout_s
+        marks: dict[int, tuple[int, int]] = {}
+        try:
+            for p in partitions:
+                low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout, cached=False)
+                marks[p] = (low, high)
+        except KafkaException as exc:
+            raise KafkaUnavailableError(str(exc)) from exc
+        return marks
+
+    async def offsets_for_time(self, partitions: list[int], epoch_ms: int) -> dict[int, int]:
+        """The first offset at or after `epoch_ms` per partition (-1: none yet)."""
+        return await self._run(self._offsets_for_time, partitions, epoch_ms)  # type: ignore[no-any-return]
+
+    def _offsets_for_time(self, partitions: list[int], epoch_ms: int) -> dict[int, int]:
+        assert self._consumer is not None  # noqa: S101
+        query = [TopicPartition(self.topic, p, epoch_ms) for p in partitions]
+        try:
+            found = self._consumer.offsets_for_times(query, timeout=self._kafka.metadata_timeout_s)
+        except KafkaException as exc:
+            raise KafkaUnavailableError(str(exc)) from exc
+        return {tp.partition: tp.offset for tp in found}
 
     async def assign(self, offsets: dict[int, int]) -> None:
         """Start each partition at its offset (`OFFSET_BEGINNING` = -2 = earliest)."""
@@ -101,25 +154,27 @@ class TopicReader:
         assert self._consumer is not None  # noqa: S101
         self._consumer.assign([TopicPartition(self.topic, p, o) for p, o in sorted(offsets.items())])
 
-    async def poll(self, timeout: float) -> list[Record]:  # noqa: ASYNC109
+    async def poll(self, timeout: float) -> Batch:  # noqa: ASYNC109
         return await self._run(self._poll, timeout)  # type: ignore[no-any-return]
 
-    def _poll(self, timeout: float) -> list[Record]:
+    def _poll(self, timeout: float) -> Batch:
         assert self._consumer is not None  # noqa: S101
         # poll() returns as soon as one message is ready; consume(n, 0) then drains what is already fetched
         # (consume(n, timeout) alone would wait out the whole timeout on a quiet topic).
         first = self._consumer.poll(timeout)
+        batch = Batch(records=[], eof=set())
         if first is None:
-            return []
-        records = []
+            return batch
         for message in [first, *self._consumer.consume(self._batch_size - 1, 0)]:
             error = message.error()
             if error is None:
-                records.append(_record(message))
-            elif error.code() != KafkaError._PARTITION_EOF:
+                batch.records.append(_record(message))
+            elif error.code() == KafkaError._PARTITION_EOF:
+                batch.eof.add(message.partition() or 0)
+            else:
                 # Broker loss and the like: librdkafka reconnects by itself and keeps its fetch position.
                 log.warning("kafka: %s", error.str())
-        return records
+        return batch
 
     async def close(self) -> None:
         """Close the consumer after any in-flight call; safe to call on a reader that never opened."""
@@ -138,4 +193,24 @@ class TopicReader:
             self._consumer = None
 
 
-__all__ = ["OFFSET_BEGINNING", "KafkaUnavailableError", "ReaderStats", "Record", "TopicNotFoundError", "TopicReader"]
+_admins: dict[str, AdminClient] = {}
+
+
+def _admin(kafka: KafkaSettings) -> AdminClient:
+    """One AdminClient per process and cluster (it is thread-safe), for topic configuration lookups."""
+    admin = _admins.get(kafka.bootstrap_servers)
+    if admin is None:
+        admin = _admins[kafka.bootstrap_servers] = AdminClient(kafka.admin_config())
+    return admin
+
+
+__all__ = [
+    "OFFSET_BEGINNING",
+    "Batch",
+    "KafkaUnavailableError",
+    "ReaderStats",
+    "Record",
+    "TopicInfo",
+    "TopicNotFoundError",
+    "TopicReader",
+]

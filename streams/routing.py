@@ -10,24 +10,33 @@ from bindings.patterns import PathPattern, PatternError, parse_path, render
 from bindings.selectors import RouteSpec
 
 
+def _match_pattern(pattern: PathPattern, segments: list[str]) -> dict[str, str] | None:
+    if len(segments) != len(pattern.segments):
+        return None
+    params: dict[str, str] = {}
+    for raw, (text, is_param) in zip(segments, pattern.segments, strict=True):
+        value = unquote(raw, errors="replace")
+        if is_param:
+            if not value:
+                return None
+            params[text] = value
+        elif value != text:
+            return None
+    return params
+
+
 @dataclass(frozen=True)
 class CompiledRoute:
     spec: RouteSpec
-    pattern: PathPattern
+    patterns: tuple[PathPattern, ...]
 
     def match(self, segments: list[str]) -> dict[str, str] | None:
-        if len(segments) != len(self.pattern.segments):
-            return None
-        params: dict[str, str] = {}
-        for raw, (text, is_param) in zip(segments, self.pattern.segments, strict=True):
-            value = unquote(raw, errors="replace")
-            if is_param:
-                if not value:
-                    return None
-                params[text] = value
-            elif value != text:
-                return None
-        return params
+        """The params of the first condition that matches, or None."""
+        for pattern in self.patterns:
+            params = _match_pattern(pattern, segments)
+            if params is not None:
+                return params
+        return None
 
 
 @dataclass(frozen=True)
@@ -45,9 +54,10 @@ def compile_routes(specs: Iterable[RouteSpec]) -> tuple[CompiledRoute, ...]:
     compiled = []
     for spec in specs:
         try:
-            compiled.append(CompiledRoute(spec, parse_path(spec.path)))
+            patterns = tuple(parse_path(path) for path in spec.paths)
         except PatternError:
             continue
+        compiled.append(CompiledRoute(spec, patterns))
     return tuple(compiled)
 
 

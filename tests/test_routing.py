@@ -12,9 +12,9 @@ from streams.routing import compile_routes, match_path
 
 ROUTES = compile_routes(
     [
-        RouteSpec("one", "/items", "items"),
-        RouteSpec("two", "/items/{id}", "item-${params.id}"),
-        RouteSpec("three", "/items/{id}", "never"),
+        RouteSpec("one", ("/items",), "items"),
+        RouteSpec("two", ("/items/{id}", "/things/{id}/latest"), "item-${params.id}"),
+        RouteSpec("three", ("/items/{id}",), "never"),
     ]
 )
 
@@ -29,6 +29,12 @@ def test_it_matches_one_segment_per_param_and_the_first_route_wins() -> None:
     found = match_path(ROUTES, "/items/42")
     assert found is not None
     assert (found.route.name, found.params, found.topic) == ("two", {"id": "42"}, "item-42")
+
+
+def test_any_condition_of_a_route_matches() -> None:
+    found = match_path(ROUTES, "/things/7/latest")
+    assert found is not None
+    assert (found.route.name, found.topic) == ("two", "item-7")
 
 
 def test_a_param_never_spans_segments() -> None:

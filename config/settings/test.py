@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from config.env import envstr
 from config.settings.base import *  # noqa: F403
 from config.settings.services import *  # noqa: F403
 from config.settings.streams import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-SSE_KEEPALIVE_S = 1
+
+# Separate test databases for runs side by side on one Postgres (TEST_DB_SUFFIX=_b pytest ...).
+DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}{envstr('TEST_DB_SUFFIX', default='')}"}  # noqa: F405

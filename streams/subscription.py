@@ -1,0 +1,105 @@
+"""One stream's view of a topic: turns records into SSE bytes, with no I/O of its own.
+
+It keeps the progress map behind the event ids, applies the route's filters, and on compacted topics holds
+back each partition's records up to the end as of subscribe time, then sends only the latest per key (SPEC.md
+§5). It also decides when the opt-in `caught-up` event is due (SPEC.md §7).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from streams import sse
+from streams.event_id import etag_id, key_id
+from streams.filters import CompiledFilter, matches_any
+from streams.kafka import Record
+from streams.positions import Reset
+
+DELETE = b"delete"
+RESET = b"reset"
+CAUGHT_UP = b"caught-up"
+
+
+@dataclass(frozen=True)
+class SubscriptionOptions:
+    filters: tuple[CompiledFilter, ...] = ()
+    key_form: bool = False  # ids as ["<base64 key>","<etag id>"]
+    compacted: bool = False  # send only the latest value per key up to `ends`
+    caught_up: bool = False  # send `caught-up` once every partition reached `ends`
+
+
+class Subscription:
+    def __init__(
+        self,
+        progress: Mapping[int, int],
+        *,
+        ends: Mapping[int, int],
+        starts: Mapping[int, int],
+        options: SubscriptionOptions,
+    ) -> None:
+        """`ends`: each partition's end as of subscribe time; `starts`: the first offset to be read."""
+        self.progress = dict(progress)
+        self.options = options
+        self._ends = dict(ends)
+        self._reached: set[int] = {p for p, end in self._ends.items() if starts.get(p, end) >= end}
+        # Compacted topics: records held back per partition until it reaches its end, latest per key.
+        self._held: dict[int, dict[object, Record]] = (
+            {p: {} for p in self._ends if p not in self._reached} if options.compacted else {}
+        )
+        self._caught_up_sent = not options.caught_up
+        self.delivered = 0
+
+    def event_id(self, record: Record | None) -> bytes:
+        etag = None if record is None else record.header("etag")
+        if self.options.key_form:
+            return key_id(None if record is None else record.key, self.progress, etag)
+        return etag_id(self.progress, etag)
+
+    def preamble(self, resets: Sequence[Reset]) -> bytes:
+        """What follows the retry line: the reset notice, and caught-up when there is nothing to replay."""
+        out = []
+        if resets:
+            data = {"partitions": [{"partition": r.partition, "requested": r.requested, "earliest": r.earliest}
+                                   for r in resets]}  # fmt: skip
+            out.append(sse.event(json.dumps(data).encode(), event_id=self.event_id(None), event_type=RESET))
+        out.append(self._caught_up_if_due())
+        return b"".join(out)
+
+    def feed(self, records: Iterable[Record], eof: Iterable[int] = ()) -> bytes:
+        """The bytes to send for a batch of records (in partition order) and partitions seen at their end."""
+        out: list[bytes] = []
+        for record in records:
+            partition, end = record.partition, self._ends.get(record.partition, 0)
+            if partition in self._held and record.offset < end:
+                # Null keys never supersede each other: each is its own entry.
+                self._held[partition][record.key if record.key is not None else ("offset", record.offset)] = record
+            else:
+                if partition in self._held:
+                    self._reach(partition, out)  # the held snapshot goes first, then live records
+                self._deliver(record, out)
+            if partition not in self._reached and record.offset + 1 >= end:
+                self._reach(partition, out)
+        for partition in eof:
+            if partition not in self._reached:
+                self._reach(partition, out)
+        out.append(self._caught_up_if_due())
+        return b"".join(out)
+
+    def _reach(self, partition: int, out: list[bytes]) -> None:
+        self._reached.add(partition)
+        for record in sorted(self._held.pop(partition, {}).values(), key=lambda r: r.offset):
+            self._deliver(record, out)
+
+    def _deliver(self, record: Record, out: list[bytes]) -> None:
+        self.progress[record.partition] = record.offset + 1
+        if matches_any(self.options.filters, record):
+            out.append(sse.message(record.value, record.key, self.event_id(record)))
+            self.delivered += 1
+
+    def _caught_up_if_due(self) -> bytes:
+        if self._caught_up_sent or len(self._reached) < len(self._ends):
+            return b""
+        self._caught_up_sent = True
+        return sse.event(b"", event_id=self.event_id(None), event_type=CAUGHT_UP)
