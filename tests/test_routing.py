@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -77,3 +79,12 @@ def test_it_rejects_undeclared_params_and_bad_topic_names() -> None:
 @given(st.text())
 def test_matching_never_raises_on_arbitrary_paths(path: str) -> None:
     match_path(ROUTES, "/" + path)
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=60))
+def test_templating_never_raises_on_arbitrary_paths(segment: str) -> None:
+    found = match_path(ROUTES, "/items/" + quote(segment, safe=""))
+    if segment:
+        assert found is not None
+        assert found.params == {"id": segment}  # one whole segment, decoded, even with '/' inside
+        assert found.topic == "item-" + segment
