@@ -1,30 +1,136 @@
-"""Configuration stored in Postgres and edited in the admin and the API."""
+"""Configuration stored in Postgres and edited in the admin and the API.
+
+Each model's `clean()` checks what the object can check alone, keyed by field; checks that need a route
+together with its conditions and filters (the `${params.x}` a template uses must be declared by every path
+pattern) run in `check_route_params`, which the admin and `bindings.services` share.
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
-from django.core.exceptions import ValidationError
-from django.core.validators import RegexValidator
+from django.contrib.postgres.fields import ArrayField
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import models
 
-from bindings.patterns import PathPattern, PatternError, check_topic, parse_path
+from bindings.patterns import (
+    PathPattern,
+    PatternError,
+    check_expressions,
+    check_params,
+    check_topic_name,
+    check_value_path,
+    parse_path,
+)
+
+# The two `with.event.id` values Zilla accepts; they select an encoding, they are not templates.
+EVENT_ID_ETAG = "${etag}"
+EVENT_ID_KEY_AND_ETAG = '["${base64(key)}","${etag}"]'
+START_HISTORICAL = "historical"
+START_LIVE = "live"
+
+DEFAULT_ENDPOINT = "default"
+
+
+def _origin_error(origin: str) -> str | None:
+    """Why `origin` is not `*` or an exact origin (scheme://host[:port]), or None if it is one."""
+    if origin == "*":
+        return None
+    try:
+        parts = urlsplit(origin)
+        port = parts.port
+    except ValueError:
+        parts, port = None, None
+    if (
+        parts is None
+        or not parts.scheme
+        or not parts.hostname
+        or parts.username is not None
+        or parts.password is not None
+        or origin != f"{parts.scheme}://{parts.netloc}"
+        or (port is None and parts.netloc.endswith(":"))
+    ):
+        return f"{origin!r} is not an origin: write scheme://host[:port] with no path, e.g. https://app.example.com."
+    if origin != origin.lower():
+        return (
+            f"{origin!r}: browsers send origins in lower case and they are compared exactly; write {origin.lower()!r}."
+        )
+    return None
+
+
+class Endpoint(models.Model):
+    """An SSE endpoint (Zilla's `sse` server): settings shared by the routes it serves."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    retry_ms = models.PositiveIntegerField(
+        default=2000, help_text="Sent as `retry:` first: how long a browser waits before reconnecting."
+    )
+    keepalive_s = models.PositiveIntegerField(
+        default=15, help_text="Seconds of silence before a keep-alive comment; 0 turns keep-alives off."
+    )
+    cors_origins = ArrayField(
+        models.CharField(max_length=255),
+        default=list,
+        blank=True,
+        help_text="Origins allowed to open streams from a browser, e.g. https://app.example.com, or *.",
+    )
+    cors_credentials = models.BooleanField(
+        default=False, help_text="Let browsers send cookies and HTTP authentication with cross-origin requests."
+    )
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
+        origins = list(self.cors_origins or [])
+        origin_errors = [message for origin in origins if (message := _origin_error(origin)) is not None]
+        if "*" in origins and len(origins) > 1:
+            origin_errors.append("'*' allows every origin: list it alone.")
+        if origin_errors:
+            errors["cors_origins"] = origin_errors
+        elif "*" in origins and self.cors_credentials:
+            errors["cors_credentials"] = [
+                "Browsers refuse credentials when any origin ('*') is allowed: list the exact origins instead."
+            ]
+        if errors:
+            raise ValidationError(errors)
+
+
+def default_endpoint() -> int:
+    """The `default` endpoint's id; created here if missing (the migration creates it, a flushed database not)."""
+    return Endpoint.objects.get_or_create(name=DEFAULT_ENDPOINT)[0].pk
 
 
 class Route(models.Model):
-    """An sse-kafka route: requests whose path matches `path` stream the messages of `topic`."""
+    """An sse-kafka route: requests whose path matches any of its conditions stream the messages of `topic`."""
+
+    class EventId(models.TextChoices):
+        ETAG = EVENT_ID_ETAG, "${etag}: progress through the topic"
+        KEY_AND_ETAG = EVENT_ID_KEY_AND_ETAG, '["${base64(key)}","${etag}"]: the message key and progress'
+
+    class Start(models.TextChoices):
+        HISTORICAL = START_HISTORICAL, "historical: from the earliest retained message"
+        LIVE = START_LIVE, "live: from the end of the topic"
 
     name = models.SlugField(max_length=100, unique=True, help_text="Unique name, used by the API to provision.")
-    path = models.CharField(
-        max_length=255,
-        help_text="Path pattern, e.g. /items or /items/{id}; {name} matches one path segment.",
-    )
-    topic = models.CharField(
-        max_length=255,
-        validators=[RegexValidator(r"^\S+$", "A topic name has no spaces.")],
-        help_text="Kafka topic; may use ${params.name} from the path pattern.",
-    )
     position = models.PositiveIntegerField(default=0, help_text="Routes are tried in ascending position.")
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.PROTECT, default=default_endpoint, related_name="routes")
+    topic = models.CharField(
+        max_length=255, help_text="Kafka topic; may use ${params.name} declared by every path pattern."
+    )
+    event_id = models.CharField(
+        max_length=64, choices=EventId.choices, default=EVENT_ID_ETAG, help_text="The `id:` of each event."
+    )
+    start = models.CharField(max_length=16, choices=Start.choices, default=START_HISTORICAL)
+    caught_up = models.BooleanField(
+        default=False, help_text="Send a `caught-up` event once the stream reaches the live end of the topic."
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -32,21 +138,176 @@ class Route(models.Model):
         ordering: ClassVar[list[str]] = ["position", "id"]
 
     def __str__(self) -> str:
-        return f"{self.path} -> {self.topic}"
+        return f"{self.name} -> {self.topic}"
+
+    def clean(self) -> None:
+        if not self.topic:  # reported as blank, or left out by a form after its own error
+            return
+        try:
+            check_topic_name(self.topic)
+        except PatternError as exc:
+            raise ValidationError({"topic": str(exc)}) from None
+
+
+class RouteCondition(models.Model):
+    """A `when` entry: the route matches a request whose path matches `path`."""
+
+    route = models.ForeignKey(Route, on_delete=models.CASCADE, related_name="conditions")
+    path = models.CharField(
+        max_length=255, help_text="Path pattern, e.g. /items or /items/{id}; {name} matches one path segment."
+    )
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["position", "id"]
+
+    def __str__(self) -> str:
+        return self.path
 
     def pattern(self) -> PathPattern:
         return parse_path(self.path)
 
     def clean(self) -> None:
-        errors: dict[str, str] = {}
-        declared: frozenset[str] = frozenset()
+        if not self.path:  # reported as blank
+            return
         try:
-            declared = self.pattern().params
+            self.pattern()
         except PatternError as exc:
-            errors["path"] = str(exc)
-        try:
-            check_topic(self.topic, declared)
-        except PatternError as exc:
-            errors["topic"] = str(exc)
+            raise ValidationError({"path": str(exc)}) from None
+
+
+class RouteFilter(models.Model):
+    """A `with.filters` entry: the key, every header and the value condition must all match."""
+
+    route = models.ForeignKey(Route, on_delete=models.CASCADE, related_name="filters")
+    position = models.PositiveIntegerField(default=0)
+    # None means "any key"; "" is the empty key.
+    key = models.CharField(  # noqa: DJ001
+        max_length=1000, null=True, blank=True, help_text="Message key; may use ${params.name}."
+    )
+    headers = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Header name -> value, e.g. {"tag": "${params.tag}"}; a message matches if it has every one.',
+    )
+    value_path = models.CharField(
+        max_length=255, blank=True, help_text="Dotted path into a JSON value, e.g. status or item.status."
+    )
+    value_equals = models.CharField(
+        max_length=1000, blank=True, help_text="The string the value at `value path` must equal; templated."
+    )
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["position", "id"]
+
+    def __str__(self) -> str:
+        parts = []
+        if self.key is not None:
+            parts.append(f"key={self.key}")
+        if isinstance(self.headers, dict):
+            parts.extend(f"{name}={value}" for name, value in sorted(self.headers.items()))
+        if self.value_path:
+            parts.append(f"{self.value_path}={self.value_equals}")
+        return ", ".join(parts) or "(empty filter)"
+
+    def header_items(self) -> list[tuple[str, str]]:
+        """The headers as (name, value) pairs sorted by name; call after `clean()`."""
+        return sorted(self.headers.items()) if isinstance(self.headers, dict) else []
+
+    def templates(self) -> Iterator[tuple[str, str, str]]:
+        """(field, description, template) for each templated value, for `check_route_params`."""
+        if self.key:
+            yield "key", "a filter's key", self.key
+        for name, value in self.header_items():
+            if isinstance(value, str):
+                yield "headers", f"a filter's header {name!r}", value
+        if self.value_equals:
+            yield "value_equals", "a filter's value", self.value_equals
+
+    def clean(self) -> None:
+        if self.headers is None:  # an empty JSON field in a form
+            self.headers = {}
+        errors: dict[str, list[str]] = {}
+
+        def add(field: str, message: str) -> None:
+            errors.setdefault(field, []).append(message)
+
+        if self.key:
+            try:
+                check_expressions(self.key)
+            except PatternError as exc:
+                add("key", str(exc))
+        if not isinstance(self.headers, dict):
+            add("headers", 'Headers are an object of header name -> value, e.g. {"tag": "x"}.')
+        else:
+            for name, value in self.headers.items():
+                if not name:
+                    add("headers", "A header name cannot be empty.")
+                if not isinstance(value, str):
+                    add("headers", f"Header {name!r}: the value must be a string, not {_json_type(value)}.")
+                    continue
+                try:
+                    check_expressions(value)
+                except PatternError as exc:
+                    add("headers", f"Header {name!r}: {exc}")
+        if self.value_path:
+            try:
+                check_value_path(self.value_path)
+            except PatternError as exc:
+                add("value_path", str(exc))
+        elif self.value_equals:
+            add("value_path", "A value filter needs the path of the value to compare.")
+        if self.value_equals:
+            try:
+                check_expressions(self.value_equals)
+            except PatternError as exc:
+                add("value_equals", str(exc))
+        if self.key is None and not self.headers and not self.value_path and not self.value_equals:
+            add(NON_FIELD_ERRORS, "A filter needs a key, a header or a value condition.")
         if errors:
             raise ValidationError(errors)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def check_route_params(
+    topic: str | None,
+    conditions: Sequence[RouteCondition | None],
+    filters: Sequence[RouteFilter | None],
+) -> tuple[list[str], dict[int, list[str]], dict[int, dict[str, list[str]]]]:
+    """Check the `${params.x}` of the topic and filters against every condition's pattern.
+
+    Entries that are None, or that failed their own validation, are left out (they carry their own errors).
+    Returns (topic errors, errors by condition index -> messages, errors by filter index -> field -> messages).
+    """
+    patterns: dict[int, PathPattern] = {}
+    for index, condition in enumerate(conditions):
+        if condition is not None:
+            try:
+                patterns[index] = condition.pattern()
+            except PatternError:
+                continue
+    uses: list[tuple[tuple[int, str], str, str]] = []
+    if topic:
+        uses.append(((-1, "topic"), "the topic", topic))
+    for index, route_filter in enumerate(filters):
+        if route_filter is not None:
+            uses.extend(((index, field), what, template) for field, what, template in route_filter.templates())
+    template_errors, condition_errors = check_params(patterns, uses)
+    filter_errors: dict[int, dict[str, list[str]]] = {}
+    for (index, field), messages in template_errors.items():
+        if index >= 0:
+            filter_errors.setdefault(index, {})[field] = messages
+    return template_errors.get((-1, "topic"), []), condition_errors, filter_errors

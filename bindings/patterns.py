@@ -6,12 +6,18 @@ Shared by validation on save (here) and by the data plane, which compiles the pa
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _TEMPLATE_REF = re.compile(r"\$\{params\.([^}]*)\}")
+_EXPRESSION = re.compile(r"\$\{([^}]*)\}")
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+VALUE_PATH = re.compile(r"[^.]+(?:\.[^.]+)*")
+
+Where = TypeVar("Where", bound=Hashable)
 
 
 class PatternError(ValueError):
@@ -64,7 +70,74 @@ def render(template: str, params: dict[str, str]) -> str:
     return _TEMPLATE_REF.sub(lambda m: params.get(m.group(1), ""), template)
 
 
+def check_expressions(template: str) -> None:
+    """Every `${...}` in a template is `${params.<name>}`; guard references wait for guards."""
+    for expression in _EXPRESSION.findall(template):
+        if expression.startswith("guarded["):
+            raise PatternError(f"${{{expression}}}: guards are not supported yet.")
+        if not expression.startswith("params."):
+            raise PatternError(f"${{{expression}}} is not a template expression: write ${{params.<name>}}.")
+        if not PARAM_NAME.fullmatch(expression.removeprefix("params.")):
+            raise PatternError(
+                f"${{{expression}}}: a param name has letters, digits and '_', not starting with a digit."
+            )
+
+
+def check_topic_name(template: str) -> None:
+    """The topic is a legal Kafka topic name once its placeholders are filled in."""
+    check_expressions(template)
+    if not TOPIC_NAME.fullmatch(_TEMPLATE_REF.sub("x", template)):
+        raise PatternError(
+            "A topic name has 1 to 249 characters among letters, digits, '.', '_' and '-' "
+            "(plus ${params.x} placeholders)."
+        )
+
+
+def check_value_path(path: str) -> None:
+    if not VALUE_PATH.fullmatch(path):
+        raise PatternError("A value path is field names separated by '.', e.g. status or item.status.")
+
+
+def check_params(
+    patterns: Mapping[int, PathPattern], uses: Iterable[tuple[Where, str, str]]
+) -> tuple[dict[Where, list[str]], dict[int, list[str]]]:
+    """Check that every path pattern of a route declares each `${params.x}` its templates use.
+
+    `patterns` maps a condition's index to its parsed pattern; `uses` holds (where, what, template): where an
+    error goes and how a message names the template ("the topic"). A param that no pattern declares is an
+    error of the template; one that only some patterns declare is an error of each pattern that lacks it.
+    Returns (errors by `where`, errors by pattern index).
+    """
+    template_errors: dict[Where, list[str]] = {}
+    lacking: dict[tuple[int, str], list[str]] = {}
+    if not patterns:
+        return template_errors, {}
+    for where, what, template in uses:
+        for name in sorted(template_params(template)):
+            missing = [index for index, pattern in patterns.items() if name not in pattern.params]
+            if len(missing) == len(patterns):
+                texts = ", ".join(patterns[index].text for index in missing)
+                plural = "s" if len(missing) > 1 else ""
+                template_errors.setdefault(where, []).append(
+                    f"${{params.{name}}} is not declared by the path pattern{plural} {texts}."
+                )
+                continue
+            for index in missing:
+                users = lacking.setdefault((index, name), [])
+                if what not in users:
+                    users.append(what)
+    pattern_errors: dict[int, list[str]] = {}
+    for (index, name), users in sorted(lacking.items()):
+        verb = "uses" if len(users) == 1 else "use"
+        pattern_errors.setdefault(index, []).append(
+            f"{patterns[index].text} does not declare {{{name}}}, which {' and '.join(users)} {verb}: "
+            "every path of the route must declare it."
+        )
+    return template_errors, pattern_errors
+
+
 def check_template(template: str, declared: frozenset[str]) -> None:
+    check_expressions(template)
     unknown = sorted(template_params(template) - declared)
     if unknown:
         names = ", ".join(f"${{params.{name}}}" for name in unknown)
@@ -73,9 +146,4 @@ def check_template(template: str, declared: frozenset[str]) -> None:
 
 def check_topic(template: str, declared: frozenset[str]) -> None:
     check_template(template, declared)
-    literal = _TEMPLATE_REF.sub("x", template)
-    if not TOPIC_NAME.fullmatch(literal):
-        raise PatternError(
-            "A topic name has 1 to 249 characters among letters, digits, '.', '_' and '-' "
-            "(plus ${params.x} placeholders)."
-        )
+    check_topic_name(template)
