@@ -5,10 +5,11 @@ from django.urls import include, path
 from django.views.generic import TemplateView
 from rest_framework.routers import DefaultRouter
 
-from bindings.api import RouteViewSet
+from bindings.api import EndpointViewSet, RouteViewSet
 
 router = DefaultRouter()
 router.register("routes", RouteViewSet)
+router.register("endpoints", EndpointViewSet)
 
 urlpatterns = [
     path("", TemplateView.as_view(template_name="demo.html"), name="demo"),

@@ -7,10 +7,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
-from django.urls import include, path
-from rest_framework.routers import DefaultRouter
 
-from bindings.api import EndpointViewSet
 from bindings.models import Route, default_endpoint
 from bindings.services import do_delete_route, do_put_endpoint, do_put_route
 
@@ -110,13 +107,6 @@ def test_it_deletes_a_route(api: Client) -> None:
     assert not Route.objects.exists()
 
 
-# config/urls.py registers the endpoints API; until it does, these tests mount it themselves.
-endpoints_router = DefaultRouter()
-endpoints_router.register("endpoints", EndpointViewSet)
-urlpatterns = [path("api/v1/", include(endpoints_router.urls))]
-
-
-@pytest.mark.urls(__name__)
 def test_it_creates_lists_and_updates_endpoints(api: Client) -> None:
     default_endpoint()
     created = api.post(
@@ -138,7 +128,6 @@ def test_it_creates_lists_and_updates_endpoints(api: Client) -> None:
     assert names == ["app", "default"]
 
 
-@pytest.mark.urls(__name__)
 @pytest.mark.parametrize(
     ("body", "field"),
     [
@@ -155,7 +144,6 @@ def test_it_answers_400_naming_the_bad_endpoint_field(api: Client, body: dict[st
     assert list(response.json()) == [field]
 
 
-@pytest.mark.urls(__name__)
 def test_an_endpoint_in_use_answers_409_to_delete(api: Client) -> None:
     do_put_endpoint(name="app")
     do_put_route(name="items", path="/items", topic="items", endpoint="app")
