@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 from django.conf import settings
 
 from streams.topics import ensure_topic
+from tests.servers import start_daphne
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,7 +72,7 @@ def new_topic(created_topics: list[str]) -> Callable[..., str]:
 
 @pytest.fixture(scope="session")
 def producer() -> Iterator[Producer]:
-    instance = Producer({**settings.KAFKA.producer_config(), "linger.ms": 1})
+    instance = Producer({**settings.KAFKA.producer_config(), "linger.ms": 1, "message.max.bytes": 8 * 1024 * 1024})
     yield instance
     instance.flush(10)
 
@@ -112,48 +110,11 @@ def produce(producer: Producer) -> Callable[..., tuple[int, int]]:
 @pytest.fixture(scope="session")
 def daphne_url(django_db_setup: None, django_db_blocker: object) -> Iterator[str]:
     """daphne serving the platform on a free port, on the test database; yields its base URL."""
-    db = settings.DATABASES["default"]
-    database_url = f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    port = free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "config.settings.test",
-        "PYTHONFAULTHANDLER": "1",
-        "DATABASE_URL": database_url,
-        "REDIS_URL": settings.REDIS_URL,
-        "KAFKA_BOOTSTRAP_SERVERS": settings.KAFKA.bootstrap_servers,
-    }
-    log_path = ROOT / "var" / "test-daphne.log"
-    log_path.parent.mkdir(exist_ok=True)
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable, "-m", "daphne", "-v", "1",
-                "-e", f"tcp:port={port}:interface=127.0.0.1:backlog=4096",
-                "config.asgi:application",
-            ],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
-
-        def healthy() -> bool:
-            if process.poll() is not None:
-                pytest.fail(f"daphne exited with {process.returncode}: {log_path.read_text()[-2000:]}")
-            try:
-                return httpx.get(f"{url}/-/health", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        try:
-            wait_until(healthy, timeout=30, interval=0.2)
-            yield url
-        finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    server = start_daphne({}, log_name="test-daphne")
+    try:
+        yield server.url
+    finally:
+        server.stop()
 
 
 def health(daphne_url: str) -> dict[str, int]:
