@@ -62,7 +62,11 @@ def client(url: str, seed: int, expected: Callable[[], set[str]], done: threadin
     def session(limit: int | None, timeout: float) -> None:
         nonlocal last_id
         headers = {} if last_id is None else {"Last-Event-ID": last_id}
-        with EventStream(url, headers=headers, timeout=timeout) as stream:
+        try:
+            stream = EventStream(url, headers=headers, timeout=timeout)
+        except httpx.ReadTimeout:
+            return  # gave up before the response headers: a client may do that too
+        with stream:
             while limit is None or len(received) < start + limit:
                 try:
                     event = stream.next_event(timeout)

@@ -269,7 +269,7 @@ def test_handshake_request_last_event_id_that_is_no_position_starts_fresh(
 def test_handshake_request_last_event_id_overflow(
     daphne_url: str, new_topic: Callable[..., str], headers: dict[str, str], query: str
 ) -> None:
-    encoded = {k: v.encode() for k, v in headers.items()}
+    encoded = [(k.encode(), v.encode()) for k, v in headers.items()]
     response = httpx.get(daphne_url + route(new_topic()) + query, headers=encoded, timeout=5)
     assert response.status_code == 400  # differs: the limit is 4096 bytes, not 254
     assert "4096" in response.json()["detail"]
