@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -20,11 +20,13 @@ from django.db import close_old_connections
 
 from bindings.selectors import EVENT_ID_KEY_AND_ETAG, EndpointSpec, RouteSpec, route_specs
 from streams import sse
-from streams.event_id import OFFSET_EARLIEST, parse_id
+from streams.event_id import parse_id
 from streams.filters import compile_filters
-from streams.kafka import KafkaUnavailableError, ReaderStats, TopicNotFoundError, TopicReader
-from streams.positions import Watermarks, parse_since, plan_start, since_offsets
+from streams.hub import Hub, TopicState, current_hub, get_hub
+from streams.kafka import HistoricalReader, KafkaUnavailableError, ReaderStats, TopicNotFoundError
+from streams.positions import parse_since
 from streams.routing import Match, compile_routes, match_path
+from streams.server import FLOW_EXTENSION, Flow
 from streams.subscription import Subscription, SubscriptionOptions
 
 log = logging.getLogger(__name__)
@@ -37,7 +39,8 @@ ASGIApp = Callable[..., Awaitable[None]]
 
 MAX_LAST_EVENT_ID_BYTES = 4096
 STREAM_METHODS = "GET, HEAD, OPTIONS"
-POLL_TIMEOUT_S = 0.1
+HISTORY_POLL_S = 0.05
+READ_LIMIT = 1000  # records per partition per write
 
 
 class StreamStats:
@@ -45,6 +48,7 @@ class StreamStats:
 
     open_streams = 0
     malformed_ids = 0
+    closed_slow = 0
 
 
 def _load_routes() -> tuple[RouteSpec, ...]:
@@ -143,11 +147,16 @@ class StreamEndpoint:
 
     async def internal(self, scope: Scope, send: Send) -> None:
         if scope["path"] == "/-/health":
+            hub = current_hub()
+            counts = hub.stats() if hub else {"kafka_consumers": 0, "fetch_streams": 0, "subscriptions": 0}
+            counts["kafka_consumers"] += ReaderStats.historical_readers
             body = {
                 "status": "ok",
                 "streams": StreamStats.open_streams,
-                "kafka_readers": ReaderStats.open_readers,
                 "malformed_ids": StreamStats.malformed_ids,
+                "closed_slow": StreamStats.closed_slow,
+                "historical_readers": ReaderStats.historical_readers,
+                **counts,
             }
             await respond_json(send, 200, body)
         else:
@@ -201,11 +210,7 @@ class Stream:
             except ValueError as exc:
                 await self.problem(400, "Bad request", str(exc))
                 return
-        reader = TopicReader(settings.KAFKA, matched.topic)
-        try:
-            await self.serve(reader, matched, resume, since_ms, head_only=method == "HEAD")
-        finally:
-            await reader.close()
+        await self.serve(matched, resume, since_ms, head_only=method == "HEAD")
 
     async def preflight(self, path: str) -> None:
         matched = match_path(compile_routes(await load_routes()), path)
@@ -223,17 +228,17 @@ class Stream:
         await self.send({"type": "http.response.start", "status": 204, "headers": headers})
         await self.send({"type": "http.response.body", "body": b""})
 
-    async def serve(
-        self, reader: TopicReader, matched: Match, resume: bytes | None, since_ms: int | None, *, head_only: bool
-    ) -> None:
+    async def serve(self, matched: Match, resume: bytes | None, since_ms: int | None, *, head_only: bool) -> None:
         route = matched.route
+        hub = get_hub()
         try:
-            subscription, offsets, preamble = await self.subscribe(reader, matched, resume, since_ms)
+            state = await hub.topic(matched.topic)
+            subscription, starts, preamble = await self.subscribe(hub, state, matched, resume, since_ms)
         except TopicNotFoundError as exc:
             await self.problem(404, "Unknown topic", str(exc), topic=exc.topic)
             return
         except KafkaUnavailableError as exc:
-            log.warning("kafka unavailable for %s: %s", reader.topic, exc)
+            log.warning("kafka unavailable for %s: %s", matched.topic, exc)
             await problem(
                 self.send, 503, "Kafka unavailable", "The message broker cannot be reached; retry later.",
                 headers=((b"retry-after", b"5"), *self.cors),
@@ -251,68 +256,180 @@ class Stream:
             return
         opening = sse.retry(route.endpoint.retry_ms) + preamble
         await self.send({"type": "http.response.body", "body": opening, "more_body": True})
-        await reader.assign(offsets)
+        flow = self.scope.get("extensions", {}).get(FLOW_EXTENSION)
+        pump = Pump(hub, state, subscription, starts, send=self.send, flow=flow)
         StreamStats.open_streams += 1
         try:
-            await self.race(reader, subscription, route.endpoint.keepalive_s)
+            await self.race(pump.run(route.endpoint.keepalive_s), matched.topic)
         finally:
             StreamStats.open_streams -= 1
+            await pump.close()
 
     async def subscribe(
-        self, reader: TopicReader, matched: Match, resume: bytes | None, since_ms: int | None
+        self, hub: Hub, state: TopicState, matched: Match, resume: bytes | None, since_ms: int | None
     ) -> tuple[Subscription, dict[int, int], bytes]:
         """Where each partition starts, and the subscription that turns its records into events."""
         route: RouteSpec = matched.route
-        info = await reader.open()
-        marks = {p: Watermarks(low, high) for p, (low, high) in (await reader.watermarks(info.partitions)).items()}
         resumed = parse_id(resume.decode("utf-8", errors="replace")) if resume else None
         if resume and resumed is None:
             StreamStats.malformed_ids += 1
             log.info("malformed Last-Event-ID on %s, starting fresh: %r", route.name, resume[:100])
-        since = None
-        if since_ms is not None:
-            since = since_offsets(await reader.offsets_for_time(info.partitions, since_ms), marks)
-        plan = plan_start(marks, resumed=resumed, start=route.start, since=since)
+        positions = await hub.positions(state, resumed=resumed, start=route.start, since_ms=since_ms)
         options = SubscriptionOptions(
             filters=compile_filters(route.filters, matched.params),
             key_form=route.event_id == EVENT_ID_KEY_AND_ETAG,
-            compacted=info.compacted,
+            compacted=state.info.compacted,
             caught_up=route.caught_up,
         )
         subscription = Subscription(
-            plan.progress,
-            ends={p: m.high for p, m in marks.items()},
-            starts={p: marks[p].low if o == OFFSET_EARLIEST else o for p, o in plan.offsets.items()},
-            options=options,
+            positions.plan.progress, ends=positions.ends, starts=positions.starts, options=options
         )
-        return subscription, plan.offsets, subscription.preamble(plan.resets)
+        return subscription, positions.starts, subscription.preamble(positions.plan.resets)
 
-    async def race(self, reader: TopicReader, subscription: Subscription, keepalive: int) -> None:
-        pump = asyncio.create_task(self.pump(reader, subscription, keepalive), name=f"sse-pump:{reader.topic}")
+    async def race(self, pump: Coroutine[Any, Any, None], topic: str) -> None:
+        """The stream and the client's disconnect race; whichever ends first cancels the other."""
+        pumping = asyncio.create_task(pump, name=f"sse-pump:{topic}")
         watcher = asyncio.create_task(self.wait_disconnect(), name="sse-disconnect")
         try:
-            await asyncio.wait({pump, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({pumping, watcher}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (pump, watcher):
+            for task in (pumping, watcher):
                 task.cancel()
-            await asyncio.gather(pump, watcher, return_exceptions=True)
-        if pump.done() and not pump.cancelled() and pump.exception() is not None:
-            log.error("stream on %s failed", reader.topic, exc_info=pump.exception())
+            await asyncio.gather(pumping, watcher, return_exceptions=True)
+        if pumping.done() and not pumping.cancelled() and pumping.exception() is not None:
+            log.error("stream on %s failed", topic, exc_info=pumping.exception())
             await self.send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def wait_disconnect(self) -> None:
         while (await self.receive())["type"] != "http.disconnect":
             pass
 
-    async def pump(self, reader: TopicReader, subscription: Subscription, keepalive: int) -> None:
+
+class Pump:
+    """Moves one stream's records from the cache (or, for what it no longer holds, a historical reader) to the
+    client: everything ready goes out in one write; a full connection is not written to, and closed once the
+    client is more than SSE_MAX_PENDING_BYTES behind."""
+
+    def __init__(
+        self,
+        hub: Hub,
+        state: TopicState,
+        subscription: Subscription,
+        starts: dict[int, int],
+        *,
+        send: Send,
+        flow: Flow | None,
+    ) -> None:
+        self.hub, self.state, self.subscription = hub, state, subscription
+        self.cursors = dict(starts)  # next offset to read, per partition
+        self.send, self.flow = send, flow
+        self.waiter = asyncio.Event()
+        self.history: HistoricalReader | None = None
+        self.coalesce_s = settings.SSE_COALESCE_MS / 1000
+        self.max_pending = settings.SSE_MAX_PENDING_BYTES
+        hub.attach(state, starts, self.waiter)
+
+    async def close(self) -> None:
+        self.hub.detach(self.state, self.waiter)
+        if self.history is not None:
+            await self.history.close()
+            self.history = None
+
+    async def write(self, data: bytes) -> None:
+        if self.flow is not None:
+            self.flow.write(data)
+        else:
+            await self.send({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def run(self, keepalive: int) -> None:
         loop = asyncio.get_running_loop()
         last_write = loop.time()
         while True:
-            batch = await reader.poll(POLL_TIMEOUT_S)
-            chunk = subscription.feed(batch.records, batch.eof)
-            if chunk:
-                await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
+            self.waiter.clear()
+            data = await self.read_history() + self.read_cache()
+            if data:
+                await self.write(data)
                 last_write = loop.time()
-            elif keepalive and loop.time() - last_write >= keepalive:
-                await self.send({"type": "http.response.body", "body": sse.KEEPALIVE, "more_body": True})
-                last_write = loop.time()
+            if self.history is not None or self.pending():
+                await asyncio.sleep(0)
+            else:
+                timeout = keepalive - (loop.time() - last_write) if keepalive else None
+                try:
+                    await asyncio.wait_for(self.waiter.wait(), timeout)
+                except TimeoutError:
+                    await self.write(sse.KEEPALIVE)
+                    last_write = loop.time()
+                    continue
+                # Busy topic: give the next records a moment to arrive, so one write carries many.
+                since_write = loop.time() - last_write
+                if self.coalesce_s and since_write < self.coalesce_s:
+                    await asyncio.sleep(self.coalesce_s - since_write)
+            if not await self.writable():
+                return
+
+    def pending(self) -> bool:
+        for partition, cursor in self.cursors.items():
+            window = self.hub.cache.log(self.state.name, partition)
+            if window is not None and window.start <= cursor < window.next_offset and window.read(cursor, 1):
+                return True
+        return False
+
+    async def writable(self) -> bool:
+        """Wait while the client's connection is full; False (and the connection closed) once it is too far
+        behind."""
+        flow = self.flow
+        while flow is not None and flow.paused and not flow.closed:
+            if self.lag_bytes() > self.max_pending:
+                StreamStats.closed_slow += 1
+                log.info("closing a slow client of %s: more than %d bytes behind", self.state.name, self.max_pending)
+                flow.abort()
+                return False
+            try:
+                await asyncio.wait_for(flow.wait_writable(), 0.25)
+            except TimeoutError:
+                continue
+        return True
+
+    def lag_bytes(self) -> int:
+        total = 0
+        for partition, cursor in self.cursors.items():
+            window = self.hub.cache.log(self.state.name, partition)
+            if window is not None:
+                total += window.lag_bytes(max(cursor, window.start))
+        return total
+
+    def read_cache(self) -> bytes:
+        records = []
+        eof = []
+        for partition, cursor in self.cursors.items():
+            window = self.hub.cache.log(self.state.name, partition)
+            if window is None or cursor < window.start:
+                continue
+            got = window.read(cursor, READ_LIMIT)
+            if got:
+                records.extend(got)
+                self.cursors[partition] = got[-1].offset + 1
+            elif partition in self.state.at_end:
+                eof.append(partition)
+        return self.subscription.feed(records, eof) if records or eof else b""
+
+    async def read_history(self) -> bytes:
+        """Records older than the cache window, from a short-lived reader that hands over to the window."""
+        behind = {}
+        for partition, cursor in self.cursors.items():
+            window = self.hub.cache.log(self.state.name, partition)
+            if window is not None and cursor < window.start:
+                behind[partition] = cursor
+        if not behind:
+            if self.history is not None:
+                await self.history.close()
+                self.history = None
+            return b""
+        if self.history is None:
+            self.history = HistoricalReader(self.hub.kafka, self.state.name)
+            await self.history.start(behind)
+        batch = await self.history.poll(HISTORY_POLL_S)
+        records = [r for r in batch.records if r.partition in behind and r.offset >= self.cursors[r.partition]]
+        for record in records:
+            self.cursors[record.partition] = record.offset + 1
+        return self.subscription.feed(records) if records else b""

@@ -1,24 +1,37 @@
-"""Reading one topic for one stream, with confluent-kafka off the event loop.
+"""Kafka access for the data plane, off the event loop: records, topic metadata, and historical reads.
 
-Each reader owns one `Consumer` (no group, `assign()` with explicit offsets) and one worker thread: every
-blocking call runs on that thread, in order, so `close()` runs only after an in-flight poll returns.
+Metadata (partitions, `cleanup.policy`, watermarks, timestamp lookups) goes through one `AdminClient` per
+process, whose calls return futures the event loop awaits. Records come from the fetcher (streams/fetcher.py);
+a short-lived `HistoricalReader` reads only what is older than the cache holds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from typing import Any, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._listoffsets import OffsetSpec
 
 from config.kafka import KafkaSettings
+from streams import sse
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class TopicNotFoundError(Exception):
@@ -38,9 +51,21 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+    timestamp_ms: int = 0
 
     def header(self, name: str) -> bytes | None:
         return next((value for key, value in self.headers if key == name), None)
+
+    @cached_property
+    def body(self) -> bytes:
+        """The event after its id line, encoded once however many subscribers send it."""
+        return sse.body(self.value, self.key)
+
+    @cached_property
+    def size(self) -> int:
+        """Bytes this record holds in memory, roughly: value, key, headers, encoded body, overhead."""
+        headers = sum(len(k) + len(v or b"") for k, v in self.headers)
+        return len(self.value or b"") + len(self.key or b"") + headers + len(self.body) + 200
 
 
 @dataclass(frozen=True)
@@ -50,108 +75,115 @@ class TopicInfo:
 
 
 @dataclass(frozen=True)
-class Batch:
-    records: list[Record]
-    eof: set[int]  # partitions whose end the reader reached in this poll
+class Watermarks:
+    low: int  # the earliest offset the partition still holds
+    high: int  # the offset the next record will get (read_committed: the last stable offset)
 
 
 class ReaderStats:
-    """Counts of live readers in this process, read by the health endpoint and the tests."""
+    """Live Kafka consumers of this process other than the fetcher's (health endpoint, tests)."""
 
-    open_readers = 0
+    historical_readers = 0
 
 
-def _record(message: Message) -> Record:
+def record_of(message: Message) -> Record:
     # A consumed message's headers are always a list of pairs (the dict form exists only for producing).
     pairs: list[tuple[str, str | bytes | None]] = message.headers() or []  # type: ignore[assignment]
-    headers = tuple((name, value.encode() if isinstance(value, str) else value) for name, value in pairs)
     return Record(
         partition=message.partition() or 0,
         offset=message.offset() or 0,
         key=message.key(),
         value=message.value(),
-        headers=headers,
+        headers=tuple((name, value.encode() if isinstance(value, str) else value) for name, value in pairs),
+        timestamp_ms=message.timestamp()[1],
     )
 
 
-class TopicReader:
-    def __init__(self, kafka: KafkaSettings, topic: str, *, batch_size: int = 500) -> None:
+class Metadata:
+    """Topic metadata through one AdminClient: safe to share by every stream of the process."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self._kafka = kafka
+        self._admin = AdminClient(kafka.admin_config())
+
+    async def _result(self, future: Future[T]) -> T:
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), self._kafka.metadata_timeout_s * 2)
+        except (KafkaException, TimeoutError) as exc:
+            raise KafkaUnavailableError(str(exc)) from exc
+
+    async def describe(self, topic: str) -> TopicInfo:
+        """Partitions and cleanup policy; raises TopicNotFoundError or KafkaUnavailableError.
+
+        `describe_topics`, not a metadata request: some brokers create a topic a metadata request names.
+        """
+        future = self._admin.describe_topics(TopicCollection([topic]))[topic]
+        try:
+            description = await asyncio.wait_for(asyncio.wrap_future(future), self._kafka.metadata_timeout_s * 2)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise TopicNotFoundError(topic) from None
+            raise KafkaUnavailableError(str(exc)) from exc
+        except TimeoutError as exc:
+            raise KafkaUnavailableError(f"no answer about {topic!r}") from exc
+        if not description.partitions:
+            raise TopicNotFoundError(topic)
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        configs = await self._result(self._admin.describe_configs([resource])[resource])
+        policy = configs.get("cleanup.policy")
+        compacted = policy is not None and "compact" in str(policy.value or "").split(",")
+        return TopicInfo(partitions=sorted(p.id for p in description.partitions), compacted=compacted)
+
+    async def _offsets(self, topic: str, specs: dict[int, OffsetSpec]) -> dict[int, int]:
+        query = {TopicPartition(topic, p): spec for p, spec in specs.items()}
+        futures = self._admin.list_offsets(query, isolation_level=IsolationLevel.READ_COMMITTED)
+        return {tp.partition: (await self._result(future)).offset for tp, future in futures.items()}
+
+    async def watermarks(self, topic: str, partitions: list[int]) -> dict[int, Watermarks]:
+        earliest: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+        latest: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        low = await self._offsets(topic, dict.fromkeys(partitions, earliest))
+        high = await self._offsets(topic, dict.fromkeys(partitions, latest))
+        return {p: Watermarks(low[p], high[p]) for p in partitions}
+
+    async def offsets_for_time(self, topic: str, partitions: list[int], epoch_ms: int) -> dict[int, int]:
+        """The first offset at or after `epoch_ms` per partition (-1: none yet)."""
+        return await self._offsets(topic, dict.fromkeys(partitions, OffsetSpec.for_timestamp(epoch_ms)))
+
+
+@dataclass(frozen=True)
+class Batch:
+    records: list[Record]
+    eof: set[int]  # partitions whose end the reader reached in this poll
+
+
+class HistoricalReader:
+    """Reads one topic's partitions from offsets older than the cache holds; one consumer, one thread.
+
+    Every blocking call runs on the reader's own thread, in order, so `close()` runs only after an in-flight
+    poll returns.
+    """
+
+    def __init__(self, kafka: KafkaSettings, topic: str, *, batch_size: int = 1000) -> None:
         self._kafka = kafka
         self.topic = topic
         self._batch_size = batch_size
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-reader")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-history")
         self._consumer: Consumer | None = None
         self._counted = False
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    async def open(self) -> TopicInfo:
-        """Connect and describe the topic; raises TopicNotFound or KafkaUnavailable."""
-        ReaderStats.open_readers += 1
+    async def start(self, offsets: dict[int, int]) -> None:
+        ReaderStats.historical_readers += 1
         self._counted = True
-        return await self._run(self._open)  # type: ignore[no-any-return]
+        await self._run(self._start, offsets)
 
-    def _open(self) -> TopicInfo:
-        self._consumer = Consumer({**self._kafka.consumer_config(), "enable.partition.eof": True})
-        try:
-            metadata = self._consumer.list_topics(self.topic, timeout=self._kafka.metadata_timeout_s)
-        except KafkaException as exc:
-            raise KafkaUnavailableError(str(exc)) from exc
-        topic = metadata.topics.get(self.topic)
-        if topic is None or (topic.error is not None and topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
-            raise TopicNotFoundError(self.topic)
-        if topic.error is not None:
-            raise KafkaUnavailableError(topic.error.str())
-        if not topic.partitions:
-            raise TopicNotFoundError(self.topic)
-        return TopicInfo(partitions=sorted(topic.partitions), compacted=self._compacted())
-
-    def _compacted(self) -> bool:
-        resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic)
-        try:
-            future = _admin(self._kafka).describe_configs([resource])[resource]
-            configs = future.result(timeout=self._kafka.metadata_timeout_s)
-        except KafkaException as exc:
-            raise KafkaUnavailableError(str(exc)) from exc
-        policy = configs.get("cleanup.policy")
-        return policy is not None and "compact" in str(policy.value or "").split(",")
-
-    async def watermarks(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
-        """(earliest retained, end) offsets per partition, as of now."""
-        return await self._run(self._watermarks, partitions)  # type: ignore[no-any-return]
-
-    def _watermarks(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
-        assert self._consumer is not None  # noqa: S101
-        timeout = self._kafka.metadata_timeout_s
-        marks: dict[int, tuple[int, int]] = {}
-        try:
-            for p in partitions:
-                low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout, cached=False)
-                marks[p] = (low, high)
-        except KafkaException as exc:
-            raise KafkaUnavailableError(str(exc)) from exc
-        return marks
-
-    async def offsets_for_time(self, partitions: list[int], epoch_ms: int) -> dict[int, int]:
-        """The first offset at or after `epoch_ms` per partition (-1: none yet)."""
-        return await self._run(self._offsets_for_time, partitions, epoch_ms)  # type: ignore[no-any-return]
-
-    def _offsets_for_time(self, partitions: list[int], epoch_ms: int) -> dict[int, int]:
-        assert self._consumer is not None  # noqa: S101
-        query = [TopicPartition(self.topic, p, epoch_ms) for p in partitions]
-        try:
-            found = self._consumer.offsets_for_times(query, timeout=self._kafka.metadata_timeout_s)
-        except KafkaException as exc:
-            raise KafkaUnavailableError(str(exc)) from exc
-        return {tp.partition: tp.offset for tp in found}
-
-    async def assign(self, offsets: dict[int, int]) -> None:
-        """Start each partition at its offset (`OFFSET_BEGINNING` = -2 = earliest)."""
-        await self._run(self._assign, offsets)
-
-    def _assign(self, offsets: dict[int, int]) -> None:
-        assert self._consumer is not None  # noqa: S101
+    def _start(self, offsets: dict[int, int]) -> None:
+        config = {**self._kafka.consumer_config(), "enable.partition.eof": True, "auto.offset.reset": "earliest"}
+        self._consumer = Consumer(config)
         self._consumer.assign([TopicPartition(self.topic, p, o) for p, o in sorted(offsets.items())])
 
     async def poll(self, timeout: float) -> Batch:  # noqa: ASYNC109
@@ -159,25 +191,22 @@ class TopicReader:
 
     def _poll(self, timeout: float) -> Batch:
         assert self._consumer is not None  # noqa: S101
-        # poll() returns as soon as one message is ready; consume(n, 0) then drains what is already fetched
-        # (consume(n, timeout) alone would wait out the whole timeout on a quiet topic).
-        first = self._consumer.poll(timeout)
         batch = Batch(records=[], eof=set())
+        first = self._consumer.poll(timeout)
         if first is None:
             return batch
         for message in [first, *self._consumer.consume(self._batch_size - 1, 0)]:
             error = message.error()
             if error is None:
-                batch.records.append(_record(message))
+                batch.records.append(record_of(message))
             elif error.code() == KafkaError._PARTITION_EOF:
                 batch.eof.add(message.partition() or 0)
             else:
-                # Broker loss and the like: librdkafka reconnects by itself and keeps its fetch position.
                 log.warning("kafka: %s", error.str())
         return batch
 
     async def close(self) -> None:
-        """Close the consumer after any in-flight call; safe to call on a reader that never opened."""
+        """Close the consumer after any in-flight call; safe to call on a reader that never started."""
         future = asyncio.get_running_loop().run_in_executor(self._executor, self._close)
         self._executor.shutdown(wait=False)
         try:
@@ -185,32 +214,9 @@ class TopicReader:
         finally:
             if self._counted:
                 self._counted = False
-                ReaderStats.open_readers -= 1
+                ReaderStats.historical_readers -= 1
 
     def _close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
-
-
-_admins: dict[str, AdminClient] = {}
-
-
-def _admin(kafka: KafkaSettings) -> AdminClient:
-    """One AdminClient per process and cluster (it is thread-safe), for topic configuration lookups."""
-    admin = _admins.get(kafka.bootstrap_servers)
-    if admin is None:
-        admin = _admins[kafka.bootstrap_servers] = AdminClient(kafka.admin_config())
-    return admin
-
-
-__all__ = [
-    "OFFSET_BEGINNING",
-    "Batch",
-    "KafkaUnavailableError",
-    "ReaderStats",
-    "Record",
-    "TopicInfo",
-    "TopicNotFoundError",
-    "TopicReader",
-]

@@ -13,12 +13,7 @@ from datetime import UTC, datetime
 
 from bindings.selectors import START_LIVE
 from streams.event_id import OFFSET_EARLIEST
-
-
-@dataclass(frozen=True)
-class Watermarks:
-    low: int  # the earliest offset the partition still holds
-    high: int  # the offset the next produced record will get
+from streams.kafka import Watermarks
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,17 @@ def event(data: bytes, *, event_id: bytes | None = None, event_type: bytes | Non
     return head + data_lines(data) + b"\n"
 
 
-def message(value: bytes | None, key: bytes | None, event_id: bytes) -> bytes:
-    """The event for a Kafka record; a tombstone (null value) is `event:delete` with the base64url key."""
+def body(value: bytes | None, key: bytes | None) -> bytes:
+    """Everything of a record's event after its id line: shared by every subscriber, encoded once.
+
+    A tombstone (null value) is `event:delete` with the base64url key (an empty data line for a null key).
+    """
     if value is None:
         deleted = b"" if key is None else base64.urlsafe_b64encode(key)
-        return event(deleted, event_id=event_id, event_type=b"delete")
-    return event(value, event_id=event_id)
+        return b"event:delete\n" + data_lines(deleted) + b"\n"
+    return data_lines(value) + b"\n"
+
+
+def message(value: bytes | None, key: bytes | None, event_id: bytes) -> bytes:
+    """The event for a Kafka record."""
+    return b"id:" + event_id + b"\n" + body(value, key)

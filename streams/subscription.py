@@ -95,7 +95,7 @@ class Subscription:
     def _deliver(self, record: Record, out: list[bytes]) -> None:
         self.progress[record.partition] = record.offset + 1
         if matches_any(self.options.filters, record):
-            out.append(sse.message(record.value, record.key, self.event_id(record)))
+            out.append(b"id:" + self.event_id(record) + b"\n" + record.body)
             self.delivered += 1
 
     def _caught_up_if_due(self) -> bytes:

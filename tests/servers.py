@@ -109,7 +109,7 @@ def start_daphne(
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [
-                sys.executable, "-m", "daphne", "-v", "1",
+                sys.executable, "-m", "streams.server", "-v", "1",
                 "-e", f"tcp:port={port}:interface={HOST}:backlog=4096",
                 "config.asgi:application",
             ],

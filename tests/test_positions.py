@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from streams.event_id import OFFSET_EARLIEST
-from streams.positions import Reset, Watermarks, parse_since, plan_start, since_offsets
+from streams.kafka import Watermarks
+from streams.positions import Reset, parse_since, plan_start, since_offsets
 
 MARKS = {0: Watermarks(low=100, high=200), 1: Watermarks(low=0, high=50)}
 

@@ -84,15 +84,20 @@ def test_it_answers_404_with_a_problem_for_an_unknown_path(daphne_url: str) -> N
     assert response.json()["title"] == "No route"
 
 
-def test_a_disconnect_ends_the_stream_task_and_closes_its_kafka_reader(
+def test_a_disconnect_ends_the_stream_task_and_frees_its_subscription(
     daphne_url: str, new_topic: Callable[..., str]
 ) -> None:
-    path = route_to(new_topic())
+    path = route_to(new_topic(partitions=3))
     before = health(daphne_url)
     stream = EventStream(daphne_url + path)
     stream.next_block()  # the retry line: the stream is running
     during = health(daphne_url)
     assert during["streams"] == before["streams"] + 1
-    assert during["kafka_readers"] == before["kafka_readers"] + 1
+    assert during["subscriptions"] == before["subscriptions"] + 1
+    assert during["fetch_streams"] == before["fetch_streams"] + 3
     stream.close()
-    wait_until(lambda: health(daphne_url) == before, timeout=5)
+    # The task ends, the subscription goes, and nobody reading the topic any more, its partitions are paused.
+    wait_until(lambda: health(daphne_url)["streams"] == before["streams"], timeout=5)
+    after = health(daphne_url)
+    assert after["subscriptions"] == before["subscriptions"]
+    assert after["fetch_streams"] == before["fetch_streams"]

@@ -201,9 +201,9 @@ def test_client_sent_abort(daphne_url: str, new_topic: Callable[..., str]) -> No
     before = health(daphne_url)
     s = stream(daphne_url + path)
     s.next_block()
-    assert health(daphne_url)["kafka_readers"] == before["kafka_readers"] + 1
+    assert health(daphne_url)["subscriptions"] == before["subscriptions"] + 1
     s.close()
-    wait_until(lambda: health(daphne_url)["kafka_readers"] == before["kafka_readers"], timeout=5)
+    wait_until(lambda: health(daphne_url)["subscriptions"] == before["subscriptions"], timeout=5)
 
 
 def test_client_sent_message(daphne_url: str, new_topic: Callable[..., str]) -> None:

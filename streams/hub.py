@@ -1,0 +1,228 @@
+"""The hub: one per web process, between the fetcher and the streams.
+
+It knows each topic a stream of this process reads (partitions, cleanup policy, where the fetcher stands),
+opens a cache window per partition on first use and has the fetcher read it from there, and wakes the
+streams of a topic when records arrive. Partitions nobody reads are paused at once and dropped, cache and
+all, after `SSE_TOPIC_IDLE_S` (bootstrap topics never are).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from bindings.selectors import START_LIVE
+from config.kafka import KafkaSettings
+from streams.cache import Cache
+from streams.event_id import OFFSET_EARLIEST
+from streams.fetcher import FetchedBatch, Fetcher
+from streams.kafka import Metadata, TopicInfo, Watermarks
+from streams.positions import StartPlan, plan_start, since_offsets
+
+log = logging.getLogger(__name__)
+
+METADATA_TTL_S = 30.0
+JANITOR_INTERVAL_S = 5.0
+
+
+@dataclass
+class TopicState:
+    name: str
+    info: TopicInfo
+    described_at: float
+    low: dict[int, int] = field(default_factory=dict)  # earliest offsets, as last looked up
+    at_end: set[int] = field(default_factory=set)  # partitions the fetcher has read up to their end
+    waiters: set[asyncio.Event] = field(default_factory=set)
+    idle_since: float | None = None
+    bootstrap: bool = False
+
+
+@dataclass(frozen=True)
+class Positions:
+    plan: StartPlan
+    starts: dict[int, int]  # first offset to read per partition (the earliest resolved)
+    ends: dict[int, int]  # each partition's end as of subscribe time
+
+
+class Hub:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        cache_bytes: int,
+        idle_s: float,
+        bootstrap: tuple[str, ...] = (),
+    ) -> None:
+        self.kafka = kafka
+        self.metadata = Metadata(kafka)
+        self.cache = Cache(cache_bytes)
+        self.fetcher = Fetcher(kafka, loop, self._on_batch)
+        self.topics: dict[str, TopicState] = {}
+        self._describing: dict[str, asyncio.Task[TopicState]] = {}
+        self._idle_s = idle_s
+        self._bootstrap = bootstrap
+        self._janitor: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.fetcher.start()
+        self._janitor = asyncio.get_running_loop().create_task(self._sweep(), name="hub-janitor")
+        for topic in self._bootstrap:
+            asyncio.get_running_loop().create_task(self._warm(topic), name=f"hub-bootstrap:{topic}")
+
+    async def _warm(self, topic: str) -> None:
+        try:
+            state = await self.topic(topic)
+            marks = await self.metadata.watermarks(topic, state.info.partitions)
+        except Exception:
+            log.exception("bootstrap topic %s could not be fetched", topic)
+            return
+        state.bootstrap = True
+        state.low.update({p: m.low for p, m in marks.items()})
+        self._open(state, {p: m.low for p, m in marks.items()})
+
+    # --- topics -----------------------------------------------------------------------------------------
+
+    async def topic(self, name: str) -> TopicState:
+        """The topic's state, described once for any number of concurrent callers; raises like Metadata."""
+        state = self.topics.get(name)
+        if state is not None and time.monotonic() - state.described_at < METADATA_TTL_S:
+            return state
+        task = self._describing.get(name)
+        if task is None:
+            task = self._describing[name] = asyncio.get_running_loop().create_task(self._describe(name))
+            task.add_done_callback(lambda _: self._describing.pop(name, None))
+        return await asyncio.shield(task)
+
+    async def _describe(self, name: str) -> TopicState:
+        info = await self.metadata.describe(name)
+        state = self.topics.get(name)
+        if state is None:
+            state = self.topics[name] = TopicState(name, info, time.monotonic())
+        else:
+            state.info, state.described_at = info, time.monotonic()
+        return state
+
+    async def positions(
+        self, state: TopicState, *, resumed: Mapping[int, int] | None, start: str, since_ms: int | None
+    ) -> Positions:
+        """Where a new stream starts; broker round trips only when the cache cannot answer."""
+        marks = self._cached_marks(state, resumed, start) if since_ms is None else None
+        if marks is None:
+            marks = await self.metadata.watermarks(state.name, state.info.partitions)
+            state.low.update({p: m.low for p, m in marks.items()})
+        since = None
+        if since_ms is not None:
+            found = await self.metadata.offsets_for_time(state.name, state.info.partitions, since_ms)
+            since = since_offsets(found, marks)
+        plan = plan_start(marks, resumed=resumed, start=start, since=since)
+        starts = {p: marks[p].low if o == OFFSET_EARLIEST else o for p, o in plan.offsets.items()}
+        return Positions(plan, starts, {p: m.high for p, m in marks.items()})
+
+    def _cached_marks(
+        self, state: TopicState, resumed: Mapping[int, int] | None, start: str
+    ) -> dict[int, Watermarks] | None:
+        """Watermarks from the cache, when the fetcher is at the end and the window holds what is asked."""
+        marks = {}
+        for partition in state.info.partitions:
+            window = self.cache.log(state.name, partition)
+            low = state.low.get(partition)
+            if window is None or low is None or partition not in state.at_end:
+                return None
+            requested = None if resumed is None else resumed.get(partition)
+            if requested is None or requested == OFFSET_EARLIEST:
+                if start != START_LIVE and window.start > low:
+                    return None  # history older than the window: the broker must say where it begins
+            elif not window.start <= requested <= window.next_offset:
+                return None
+            marks[partition] = Watermarks(low, window.next_offset)
+        return marks
+
+    # --- subscribers ------------------------------------------------------------------------------------
+
+    def attach(self, state: TopicState, starts: Mapping[int, int], waiter: asyncio.Event) -> None:
+        state.waiters.add(waiter)
+        state.idle_since = None
+        self._open(state, starts)
+
+    def _open(self, state: TopicState, starts: Mapping[int, int]) -> None:
+        for partition, offset in starts.items():
+            if self.cache.log(state.name, partition) is None:
+                self.cache.open(state.name, partition, offset)
+                state.at_end.discard(partition)
+                self.fetcher.assign(state.name, partition, offset)
+        self.fetcher.resume(state.name, state.info.partitions)
+
+    def detach(self, state: TopicState, waiter: asyncio.Event) -> None:
+        state.waiters.discard(waiter)
+        if not state.waiters and not state.bootstrap:
+            state.idle_since = time.monotonic()
+            self.fetcher.pause(state.name, state.info.partitions)
+
+    def _on_batch(self, batch: FetchedBatch) -> None:
+        touched: set[str] = set()
+        for (topic, partition), records in batch.records.items():
+            self.cache.append(topic, partition, records)
+            state = self.topics.get(topic)
+            if state is not None:
+                state.at_end.discard(partition)
+                touched.add(topic)
+        for topic, partition in batch.eof:
+            state = self.topics.get(topic)
+            if state is not None:
+                state.at_end.add(partition)
+                touched.add(topic)
+        for topic in touched:
+            for waiter in self.topics[topic].waiters:
+                waiter.set()
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(JANITOR_INTERVAL_S)
+            now = time.monotonic()
+            for state in list(self.topics.values()):
+                if state.idle_since is not None and not state.waiters and now - state.idle_since > self._idle_s:
+                    self.fetcher.unassign(state.name, state.info.partitions)
+                    self.cache.drop(state.name)
+                    del self.topics[state.name]
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "kafka_consumers": 1,
+            "fetch_streams": self.fetcher.fetch_streams,
+            "subscriptions": sum(len(state.waiters) for state in self.topics.values()),
+            "cached_topics": len(self.topics),
+            "cache_bytes": self.cache.bytes,
+        }
+
+
+_hubs: dict[asyncio.AbstractEventLoop, Hub] = {}
+
+
+def get_hub() -> Hub:
+    """This process's hub (one per event loop), started on first use."""
+    loop = asyncio.get_running_loop()
+    hub = _hubs.get(loop)
+    if hub is None:
+        hub = _hubs[loop] = Hub(
+            settings.KAFKA,
+            loop,
+            cache_bytes=settings.SSE_CACHE_MAX_BYTES,
+            idle_s=settings.SSE_TOPIC_IDLE_S,
+            bootstrap=settings.SSE_BOOTSTRAP_TOPICS,
+        )
+        hub.start()
+    return hub
+
+
+def current_hub() -> Hub | None:
+    """The hub if one was started, without starting it (health checks)."""
+    try:
+        return _hubs.get(asyncio.get_running_loop())
+    except RuntimeError:
+        return None
