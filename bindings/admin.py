@@ -132,10 +132,10 @@ class RouteAdmin(admin.ModelAdmin[Route]):
     inlines = (RouteConditionInline, RouteFilterInline)
     list_display = ("name", "paths", "topic", "endpoint", "start", "position")
     list_editable = ("position",)
-    list_filter = ("endpoint", "start", "event_id")
+    list_filter = ("endpoint", "start", "event_id", "slow_client")
     search_fields = ("name", "topic", "conditions__path")
     ordering = ("position", "id")
-    fields = ("name", "position", "endpoint", "topic", "event_id", "start", "caught_up")
+    fields = ("name", "position", "endpoint", "topic", "event_id", "start", "caught_up", "slow_client")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Route]:
         return (

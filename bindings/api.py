@@ -16,7 +16,15 @@ from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from bindings.models import DEFAULT_ENDPOINT, EVENT_ID_ETAG, START_HISTORICAL, Endpoint, Route, RouteCondition
+from bindings.models import (
+    DEFAULT_ENDPOINT,
+    EVENT_ID_ETAG,
+    SLOW_CLIENT_CLOSE,
+    START_HISTORICAL,
+    Endpoint,
+    Route,
+    RouteCondition,
+)
 from bindings.services import do_delete_route, do_put_route
 
 
@@ -46,6 +54,7 @@ def route_representation(route: Route) -> dict[str, Any]:
         "event_id": route.event_id,
         "start": route.start,
         "caught_up": route.caught_up,
+        "slow_client": route.slow_client,
     }
 
 
@@ -62,6 +71,7 @@ class RouteSerializer(serializers.Serializer[Route]):
     event_id = serializers.ChoiceField(choices=Route.EventId.choices, required=False)
     start = serializers.ChoiceField(choices=Route.Start.choices, required=False)
     caught_up = serializers.BooleanField(required=False)
+    slow_client = serializers.ChoiceField(choices=Route.SlowClient.choices, required=False)
 
     def to_representation(self, instance: Route) -> dict[str, Any]:
         return route_representation(instance)
@@ -96,6 +106,7 @@ class RouteSerializer(serializers.Serializer[Route]):
             "event_id": EVENT_ID_ETAG,
             "start": START_HISTORICAL,
             "caught_up": False,
+            "slow_client": SLOW_CLIENT_CLOSE,
             **validated_data,
         }
         return self._put(values)

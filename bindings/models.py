@@ -30,6 +30,8 @@ EVENT_ID_ETAG = "${etag}"
 EVENT_ID_KEY_AND_ETAG = '["${base64(key)}","${etag}"]'
 START_HISTORICAL = "historical"
 START_LIVE = "live"
+SLOW_CLIENT_CLOSE = "close"
+SLOW_CLIENT_CONFLATE = "conflate"
 
 DEFAULT_ENDPOINT = "default"
 
@@ -118,6 +120,10 @@ class Route(models.Model):
         HISTORICAL = START_HISTORICAL, "historical: from the earliest retained message"
         LIVE = START_LIVE, "live: from the end of the topic"
 
+    class SlowClient(models.TextChoices):
+        CLOSE = SLOW_CLIENT_CLOSE, "close: the client resumes with nothing lost"
+        CONFLATE = SLOW_CLIENT_CONFLATE, "conflate: the client keeps the latest value per key"
+
     name = models.SlugField(max_length=100, unique=True, help_text="Unique name, used by the API to provision.")
     position = models.PositiveIntegerField(default=0, help_text="Routes are tried in ascending position.")
     endpoint = models.ForeignKey(Endpoint, on_delete=models.PROTECT, default=default_endpoint, related_name="routes")
@@ -130,6 +136,16 @@ class Route(models.Model):
     start = models.CharField(max_length=16, choices=Start.choices, default=START_HISTORICAL)
     caught_up = models.BooleanField(
         default=False, help_text="Send a `caught-up` event once the stream reaches the live end of the topic."
+    )
+    slow_client = models.CharField(
+        max_length=16,
+        choices=SlowClient.choices,
+        default=SLOW_CLIENT_CLOSE,
+        help_text=(
+            "What happens to a client that falls behind: close it (it resumes from its Last-Event-ID with "
+            "nothing lost), or conflate (it keeps only the latest pending value per key: dashboards of current "
+            "state never fall behind, but intermediate values are skipped)."
+        ),
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)

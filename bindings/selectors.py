@@ -14,6 +14,8 @@ from django.db.models import Prefetch
 from bindings.models import (
     EVENT_ID_ETAG,
     EVENT_ID_KEY_AND_ETAG,
+    SLOW_CLIENT_CLOSE,
+    SLOW_CLIENT_CONFLATE,
     START_HISTORICAL,
     START_LIVE,
     Endpoint,
@@ -25,6 +27,8 @@ from bindings.models import (
 __all__ = [
     "EVENT_ID_ETAG",
     "EVENT_ID_KEY_AND_ETAG",
+    "SLOW_CLIENT_CLOSE",
+    "SLOW_CLIENT_CONFLATE",
     "START_HISTORICAL",
     "START_LIVE",
     "EndpointSpec",
@@ -74,6 +78,7 @@ class RouteSpec:
     event_id: str = EVENT_ID_ETAG
     start: str = START_HISTORICAL
     caught_up: bool = False  # send a `caught-up` event once replay reaches the live end
+    slow_client: str = SLOW_CLIENT_CLOSE  # or SLOW_CLIENT_CONFLATE
     endpoint: EndpointSpec = field(default_factory=EndpointSpec)
 
 
@@ -113,6 +118,7 @@ def route_specs() -> tuple[RouteSpec, ...]:
             event_id=route.event_id,
             start=route.start,
             caught_up=route.caught_up,
+            slow_client=route.slow_client,
             endpoint=endpoint_spec(route.endpoint),
         )
         for route in routes

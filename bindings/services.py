@@ -17,6 +17,7 @@ from django.db import transaction
 from bindings.models import (
     DEFAULT_ENDPOINT,
     EVENT_ID_ETAG,
+    SLOW_CLIENT_CLOSE,
     START_HISTORICAL,
     Endpoint,
     Route,
@@ -124,6 +125,7 @@ def do_put_route(
     event_id: str = EVENT_ID_ETAG,
     start: str = START_HISTORICAL,
     caught_up: bool = False,
+    slow_client: str = SLOW_CLIENT_CLOSE,
     endpoint: str = DEFAULT_ENDPOINT,
     position: int = 0,
 ) -> Route:
@@ -147,7 +149,7 @@ def do_put_route(
 
     route = Route.objects.select_for_update().filter(name=name).first() or Route(name=name)
     route.topic, route.event_id, route.start = topic, event_id, start
-    route.caught_up, route.position = caught_up, position
+    route.caught_up, route.position, route.slow_client = caught_up, position, slow_client
     found_endpoint = _endpoint(endpoint, errors)
     if found_endpoint is not None:
         route.endpoint = found_endpoint

@@ -26,6 +26,7 @@ ITEMS: dict[str, Any] = {
     "event_id": "${etag}",
     "start": "historical",
     "caught_up": False,
+    "slow_client": "close",
 }
 
 

@@ -32,6 +32,7 @@ def route_form(**fields: Any) -> dict[str, Any]:
         "topic": "items",
         "event_id": "${etag}",
         "start": "historical",
+        "slow_client": "close",
         "endpoint": default_endpoint(),
         **fields,
     }
