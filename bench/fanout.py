@@ -1,0 +1,1091 @@
+"""SSE fan-out benchmark: clients x topic rate against one web process, printed as one markdown table.
+
+    platform/with-services.sh -- .venv/bin/python bench/fanout.py [--quick] [--scenarios ...]
+
+See bench/README.md for what it runs and what each column means. In short, for every scenario it creates a
+fresh 4-partition topic and a route to it, and starts three processes: a fresh server under test (one
+`python -m streams.server` process, the project's daphne; or platform/web.py with --processes N), a producer
+(1 KiB JSON messages at the scenario's rate, each carrying its send time) and the load generator
+(bench/loadgen.py). Then it measures a window. Every process it starts is stopped at the end of its scenario,
+and on Ctrl-C or SIGTERM; traffic stays on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import datetime as dt
+import json
+import os
+import queue
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any, ClassVar
+
+import django
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+from django.conf import settings
+from django.core.management import call_command
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+PY = sys.executable
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+NCPU = os.cpu_count() or 1
+PARTITIONS = 4
+MESSAGE_BYTES = 1024
+SATURATED = 0.95  # of one core
+NOFILE = 65536
+DEFAULT_SKIP_DEMAND = 2_000_000  # events/s: cells above it run only when named in --scenarios
+PR_SET_PDEATHSIG = 1
+
+
+class BenchError(RuntimeError):
+    """A scenario failed; the message goes into the table."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM: unwind like Ctrl-C."""
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------
+# /proc readings
+# --------------------------------------------------------------------------
+
+
+def cpu_ticks(pid: int | None) -> int | None:
+    """utime + stime of a process (all its threads), in clock ticks."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[11]) + int(fields[12])
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all cores since boot."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def socket_inodes(pids: list[int]) -> set[str]:
+    inodes: set[str] = set()
+    for pid in pids:
+        fd_dir = Path(f"/proc/{pid}/fd")
+        try:
+            names = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for name in names:
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd_dir / name)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    return inodes
+
+
+def connections_to(pids: list[int], port: int) -> int:
+    """Established TCP connections from these processes to `port` (the broker): from /proc, no psutil."""
+    inodes = socket_inodes(pids)
+    if not inodes:
+        return 0
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as lines:
+            next(lines, None)
+            for line in lines:
+                parts = line.split()
+                if parts[3] == "01" and int(parts[2].rsplit(":", 1)[1], 16) == port and parts[9] in inodes:
+                    count += 1
+    return count
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def raise_nofile() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for limits in ((max(soft, NOFILE), max(hard, NOFILE)), (hard, hard)):
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+            break
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+# --------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Proc:
+    """A child process in its own session, logged to a file, stopped by `stop()` (and by the registry)."""
+
+    running: ClassVar[list[Proc]] = []  # the live children, for cleanup
+
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path = ROOT,
+        pipes: bool = False,
+    ) -> None:
+        self.name = name
+        self.log_path = log_path
+        self.log_file = open(log_path, "wb")  # noqa: SIM115  (closed in stop)
+        # Started from the main thread only: PR_SET_PDEATHSIG fires when the thread that forked exits.
+        self.popen = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if pipes else self.log_file,
+            stderr=self.log_file,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509
+        )
+        self.pid = self.popen.pid
+        Proc.running.append(self)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, grace: float = 5.0, sig: int = signal.SIGTERM) -> int | None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                log(f"{self.name} (pid {self.pid}) ignored {signal.Signals(sig).name} for {grace:.0f}s: killing it")
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.popen.wait(5)
+        for stream in (self.popen.stdin, self.popen.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        self.log_file.close()
+        if self in Proc.running:
+            Proc.running.remove(self)
+        return self.popen.returncode
+
+    def tail(self, lines: int = 15) -> str:
+        with contextlib.suppress(OSError):
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+            return "\n".join("    " + line for line in text[-lines:])
+        return ""
+
+    @classmethod
+    def stop_all(cls) -> None:
+        for proc in reversed(list(cls.running)):
+            with contextlib.suppress(Exception):
+                proc.stop(grace=3.0)
+
+
+class LoadGen(Proc):
+    """bench/loadgen.py, driven by JSON lines on its stdin; replies come back through a reader thread."""
+
+    def __init__(self, port: int, log_path: Path) -> None:
+        argv = [PY, str(BENCH / "loadgen.py"), "--port", str(port)]
+        super().__init__("loadgen", argv, log_path=log_path, pipes=True)
+        self.replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        assert self.popen.stdout is not None
+        threading.Thread(target=self._read, args=(self.popen.stdout,), daemon=True).start()
+
+    def _read(self, stream: IO[bytes]) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            for line in stream:
+                with contextlib.suppress(json.JSONDecodeError):
+                    self.replies.put(json.loads(line))
+        self.replies.put(None)
+
+    def ask(self, command: dict[str, Any], limit_s: float) -> dict[str, Any]:
+        assert self.popen.stdin is not None
+        try:
+            self.popen.stdin.write((json.dumps(command) + "\n").encode())
+            self.popen.stdin.flush()
+        except OSError as exc:
+            raise BenchError(f"load generator gone ({exc}):\n{self.tail()}") from exc
+        try:
+            reply = self.replies.get(timeout=limit_s)
+        except queue.Empty:
+            raise BenchError(f"load generator did not answer {command['cmd']!r} within {limit_s:.0f}s") from None
+        if reply is None:
+            raise BenchError(f"load generator exited during {command['cmd']!r}:\n{self.tail()}")
+        if "error" in reply:
+            raise BenchError(f"load generator: {reply['error']}")
+        return reply
+
+    def stop(self, grace: float = 5.0, sig: int = signal.SIGTERM) -> int | None:
+        if self.alive() and self.popen.stdin is not None:
+            with contextlib.suppress(OSError, BenchError):
+                self.popen.stdin.write(b'{"cmd": "quit"}\n')
+                self.popen.stdin.flush()
+                self.popen.wait(3)
+        return super().stop(grace, sig)
+
+
+# --------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    scenario: str
+    clients: str = ""
+    rate: str = ""
+    demand: float | None = None
+    delivered: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    server_cpu: float | None = None
+    server_rss_mb: float | None = None
+    loadgen_cpu: float | None = None
+    kafka_cpu: float | None = None  # broker + producer
+    machine_cpu: float | None = None
+    fetch_streams: Any = None
+    consumers: Any = None
+    broker_conns: int | None = None
+    errors: str = ""
+    saturated: str = ""
+    target: str = ""
+    met: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def fmt_num(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if digits == 0:
+        return f"{value:,.0f}".replace(",", " ")
+    return f"{value:.{digits}f}"
+
+
+def fmt_errors(errors: dict[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in sorted(errors.items()) if count) or "0"
+
+
+def mark(ok: bool | None) -> str:
+    return "?" if ok is None else ("✓" if ok else "✗")
+
+
+def saturation(row: Row, server_max_cpu: float | None) -> str:
+    who = []
+    if server_max_cpu is not None and server_max_cpu >= SATURATED:
+        who.append("server")
+    if row.loadgen_cpu is not None and row.loadgen_cpu >= SATURATED:
+        who.append("loadgen")
+    if not who and row.machine_cpu is not None and row.machine_cpu >= SATURATED * NCPU:
+        who.append(f"machine ({NCPU} cores busy)")
+    return " + ".join(who) or "none"
+
+
+def render(rows: list[Row]) -> str:
+    head = [
+        "scenario",
+        "clients",
+        "msg/s",
+        "ev/s wanted",
+        "ev/s delivered",
+        "p50 ms",
+        "p99 ms",
+        "server CPU",
+        "server RSS MB",
+        "loadgen CPU",
+        "broker+producer CPU",
+        "machine CPU",
+        "fetch streams",
+        "kafka consumers",
+        "broker conns",
+        "errors",
+        "saturated",
+        "target",
+        "met",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [
+            r.scenario,
+            r.clients,
+            r.rate,
+            fmt_num(r.demand),
+            fmt_num(r.delivered),
+            fmt_num(r.p50_ms, 1),
+            fmt_num(r.p99_ms, 1),
+            fmt_num(r.server_cpu, 2),
+            fmt_num(r.server_rss_mb),
+            fmt_num(r.loadgen_cpu, 2),
+            fmt_num(r.kafka_cpu, 2),
+            fmt_num(r.machine_cpu, 2),
+            "-" if r.fetch_streams is None else str(r.fetch_streams),
+            "-" if r.consumers is None else str(r.consumers),
+            fmt_num(r.broker_conns),
+            r.errors,
+            r.saturated,
+            r.target,
+            r.met,
+        ]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    notes = [f"- **{r.scenario}**: {note}" for r in rows for note in r.notes]
+    return "\n".join(lines + (["", *notes] if notes else []))
+
+
+# --------------------------------------------------------------------------
+# Scenarios
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    quick: bool
+    window_s: float
+    warmup_s: float
+    processes: int
+    server_module: str
+    server_env: dict[str, str]
+    app_dir: Path
+    max_broker_conns: int
+    batch: int
+    out_dir: Path
+    run_id: str
+    bootstrap: str
+    broker_port: int
+    broker_pid: int | None
+
+
+class Sampler:
+    """CPU ticks of the processes of a scenario, and of the machine, at one instant."""
+
+    def __init__(self, server_pids: list[int], loadgen: int | None, kafka: list[int]) -> None:
+        self.at = time.monotonic()
+        self.server = {pid: cpu_ticks(pid) for pid in server_pids}
+        self.loadgen = cpu_ticks(loadgen)
+        self.kafka = [cpu_ticks(pid) for pid in kafka]
+        self.machine = machine_ticks()[0]
+
+    @staticmethod
+    def cores(before: int | None, after: int | None, seconds: float) -> float | None:
+        if before is None or after is None or seconds <= 0:
+            return None
+        return (after - before) / CLK_TCK / seconds
+
+    def until(self, later: Sampler, row: Row) -> float | None:
+        """Fill the CPU columns for the interval up to `later`; returns the busiest server process."""
+        seconds = later.at - self.at
+        per_process = [self.cores(self.server.get(pid), ticks, seconds) for pid, ticks in later.server.items()]
+        known = [c for c in per_process if c is not None]
+        row.server_cpu = sum(known) if known else None
+        row.loadgen_cpu = self.cores(self.loadgen, later.loadgen, seconds)
+        kafka = [self.cores(a, b, seconds) for a, b in zip(self.kafka, later.kafka, strict=True)]
+        row.kafka_cpu = sum(k for k in kafka if k is not None) if any(k is not None for k in kafka) else None
+        row.machine_cpu = self.cores(self.machine, later.machine, seconds)
+        return max(known) if known else None
+
+
+class Scenario:
+    """One topic, one route, one fresh server; everything it starts is stopped by `close()`."""
+
+    def __init__(self, opts: Options, name: str, *, start: str, server_env: dict[str, str] | None = None) -> None:
+        self.opts = opts
+        self.name = name
+        slug = name.replace(" ", "-")
+        self.topic = f"bench-{opts.run_id}-{slug}"
+        self.path = f"/bench/{opts.run_id}/{slug}"
+        self.route = self.topic
+        self.port = free_port()
+        self.procs: list[Proc] = []
+        self.server: Proc | None = None
+        self.loadgen: LoadGen | None = None
+        self.producer: Proc | None = None
+        self.guard_tripped: str | None = None
+        self.max_broker_conns = 0
+        self._guard_stop = threading.Event()
+        self._guard: threading.Thread | None = None
+        self.server_env = {**opts.server_env, **(server_env or {})}
+        self.start = start
+
+    # set-up ---------------------------------------------------------------
+
+    def open(self) -> None:
+        create_topic(self.opts.bootstrap, self.topic)
+        put_route(self.route, self.path, self.topic, self.start)
+        self.start_server()
+
+    def log_path(self, what: str) -> Path:
+        return self.opts.out_dir / f"{self.topic}-{what}.log"
+
+    def start_server(self) -> None:
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.local"),
+            "DJANGO_DEBUG": "0",
+            "LOG_LEVEL": "WARNING",
+            "PYTHONUNBUFFERED": "1",
+            **self.server_env,
+        }
+        if self.opts.processes == 1:
+            endpoint = f"tcp:port={self.port}:interface=127.0.0.1:backlog=4096"
+            argv = [PY, "-m", self.opts.server_module, "-v", "0", "-e", endpoint, "config.asgi:application"]
+        else:
+            env |= {
+                "WEB_HOST": "127.0.0.1",
+                "WEB_PORT": str(self.port),
+                "WEB_PROCESSES": str(self.opts.processes),
+                "WEB_BACKLOG": "4096",
+                "WEB_SERVER_MODULE": self.opts.server_module,
+                "WEB_DAPHNE_ARGS": "-v 0",
+            }
+            web = self.opts.app_dir / "platform" / "web.py"  # its workers run the code beside it
+            if not web.exists():
+                raise BenchError(f"--processes {self.opts.processes} needs {web}")
+            argv = [PY, str(web)]
+        self.server = self.spawn(Proc("server", argv, log_path=self.log_path("server"), env=env, cwd=self.opts.app_dir))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if not self.server.alive():
+                raise BenchError(f"server exited with {self.server.popen.returncode}:\n{self.server.tail()}")
+            if self.health(limit_s=1.0) is not None and len(self.server_pids()) == self.opts.processes:
+                return
+            time.sleep(0.2)
+        raise BenchError(f"server not ready within 60s:\n{self.server.tail()}")
+
+    def spawn(self, proc: Proc) -> Proc:
+        self.procs.append(proc)
+        return proc
+
+    def ask(self, command: dict[str, Any], limit_s: float) -> dict[str, Any]:
+        """A load generator command; fails the scenario once the guard has tripped or the server has died."""
+        assert self.loadgen is not None
+        reply = self.loadgen.ask(command, limit_s)
+        if self.guard_tripped:
+            raise BenchError(self.guard_tripped)
+        if self.server is not None and not self.server.alive():
+            raise BenchError(f"server exited with {self.server.popen.returncode}:\n{self.server.tail()}")
+        return reply
+
+    def start_loadgen(self) -> LoadGen:
+        self.loadgen = LoadGen(self.port, self.log_path("loadgen"))
+        self.procs.append(self.loadgen)
+        return self.loadgen
+
+    def start_producer(self, rate: float, *, count: int = 0, wait_s: float = 20.0) -> Proc:
+        argv = [PY, str(BENCH / "producer.py"), "--bootstrap", self.opts.bootstrap, "--topic", self.topic]
+        argv += ["--rate", str(rate), "--partitions", str(PARTITIONS), "--size", str(MESSAGE_BYTES)]
+        argv += ["--count", str(count), "--linger-ms", "5"]
+        self.producer = self.spawn(Proc("producer", argv, log_path=self.log_path("producer")))
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if '"ready"' in self.producer.log_path.read_text(errors="replace"):
+                return self.producer
+            if not self.producer.alive():
+                raise BenchError(f"producer exited early:\n{self.producer.tail()}")
+            time.sleep(0.05)
+        raise BenchError(f"producer sent nothing within {wait_s:.0f}s:\n{self.producer.tail()}")
+
+    # readings ---------------------------------------------------------------
+
+    def server_pids(self) -> list[int]:
+        if self.server is None or not self.server.alive():
+            return []
+        return [self.server.pid] if self.opts.processes == 1 else children(self.server.pid)
+
+    def kafka_pids(self) -> list[int]:
+        pids = [self.producer.pid] if self.producer is not None and self.producer.alive() else []
+        return pids + ([self.opts.broker_pid] if self.opts.broker_pid else [])
+
+    def sample(self) -> Sampler:
+        return Sampler(self.server_pids(), self.loadgen.pid if self.loadgen else None, self.kafka_pids())
+
+    def health(self, limit_s: float = 5.0) -> dict[str, Any] | None:
+        url = f"http://127.0.0.1:{self.port}/-/health"
+        try:
+            with urllib.request.urlopen(url, timeout=limit_s) as response:
+                body: dict[str, Any] = json.loads(response.read())
+                return body
+        except (OSError, ValueError, urllib.error.URLError):
+            return None
+
+    def broker_conns(self) -> int:
+        return connections_to(self.server_pids(), self.opts.broker_port)
+
+    def fill_server_state(self, row: Row) -> None:
+        pids = self.server_pids()
+        rss = [rss_mb(pid) for pid in pids]
+        row.server_rss_mb = sum(r for r in rss if r is not None) if any(r is not None for r in rss) else None
+        row.broker_conns = self.broker_conns()
+        health = self.health()
+        if health is None:
+            row.notes.append("/-/health did not answer within 5 s at the end of the window")
+            return
+        row.fetch_streams = health.get("fetch_streams")
+        row.consumers = health.get("kafka_consumers", health.get("kafka_readers"))
+
+    # the guard: a benchmark must not take the shared broker down --------------
+
+    def guard(self) -> None:
+        def watch() -> None:
+            while not self._guard_stop.wait(0.5):
+                conns = self.broker_conns()
+                self.max_broker_conns = max(self.max_broker_conns, conns)
+                limit = self.opts.max_broker_conns
+                if limit and conns > limit and self.guard_tripped is None:
+                    self.guard_tripped = (
+                        f"aborted: the server held {conns} connections to the broker (> --max-broker-connections "
+                        f"{limit}), i.e. Kafka consumers per client; it was killed to protect the shared broker"
+                    )
+                    log(self.guard_tripped)
+                    for pid in self.server_pids():
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                    if self.server is not None:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(self.server.pid, signal.SIGKILL)
+
+        self._guard = threading.Thread(target=watch, daemon=True)
+        self._guard.start()
+
+    # tear-down --------------------------------------------------------------
+
+    def close(self) -> None:
+        self._guard_stop.set()
+        if self._guard is not None:
+            self._guard.join(5)
+        for proc in reversed(self.procs):
+            proc.stop()
+        with contextlib.suppress(Exception):
+            delete_route(self.route)
+        with contextlib.suppress(Exception):
+            delete_topic(self.opts.bootstrap, self.topic)
+
+
+@contextlib.contextmanager
+def scenario(opts: Options, name: str, row: Row, **kwargs: Any) -> Iterator[Scenario]:
+    sc = Scenario(opts, name, **kwargs)
+    log(f"scenario {name}: topic {sc.topic}, server port {sc.port}")
+    try:
+        sc.open()
+        sc.guard()
+        yield sc
+    except BenchError as exc:
+        reason = sc.guard_tripped or str(exc)
+        row.notes.append(reason.replace("\n", " ")[:600])
+        row.met = "aborted" if sc.guard_tripped else "failed"
+        log(f"scenario {name} failed: {reason}")
+        if sc.loadgen is not None and sc.loadgen.alive():
+            with contextlib.suppress(BenchError):
+                row.errors = fmt_errors(sc.loadgen.ask({"cmd": "report"}, 20)["errors"])
+    finally:
+        if sc.guard_tripped and sc.guard_tripped not in row.notes:
+            row.notes.append(sc.guard_tripped)
+        if sc.max_broker_conns and (row.broker_conns or 0) < sc.max_broker_conns:
+            row.notes.append(f"up to {sc.max_broker_conns} server connections to the broker during the scenario")
+        sc.close()
+
+
+def targets_for(clients: int, rate: int, coalescing_off: bool) -> list[tuple[str, str]]:
+    """(label, check) pairs; checks: delivered>=N, p99<=N ms, rss<=N, fetch=N."""
+    found: list[tuple[str, str]] = []
+    if coalescing_off:
+        found.append(("≥ 25 000 ev/s (coalescing off)", "delivered>=25000"))
+    elif clients == 1000 and rate == 1000:
+        found.append(("≥ 150 000 ev/s", "delivered>=150000"))
+    if clients == 1000 and rate == 100 and not coalescing_off:
+        found.append(("p99 ≤ 100 ms", "p99<=100"))
+    if clients == 10000 and rate == 10:
+        found.append(("p99 ≤ 250 ms", "p99<=250"))
+    if clients >= 10000:
+        found.append(("RSS ≤ 500 MB", "rss<=500"))
+    found.append((f"fetch streams = {PARTITIONS}", f"fetch={PARTITIONS}"))
+    return found
+
+
+def check(row: Row, rule: str) -> bool | None:
+    if rule.startswith("delivered>="):
+        return None if row.delivered is None else row.delivered >= float(rule.split(">=")[1])
+    if rule.startswith("p99<="):
+        return None if row.p99_ms is None else row.p99_ms <= float(rule.split("<=")[1])
+    if rule.startswith("rss<="):
+        return None if row.server_rss_mb is None else row.server_rss_mb <= float(rule.split("<=")[1])
+    if rule.startswith("fetch="):
+        value = row.fetch_streams
+        return None if not isinstance(value, int) else value == int(rule.split("=")[1])
+    raise ValueError(rule)
+
+
+def apply_targets(row: Row, targets: list[tuple[str, str]]) -> None:
+    row.target = "; ".join(label for label, _ in targets)
+    if not row.met:  # failed, aborted and skipped rows say so instead
+        row.met = " ".join(mark(check(row, rule)) for _, rule in targets)
+
+
+def connect_budget(clients: int) -> float:
+    return 30 + clients * 0.015
+
+
+def run_cell(opts: Options, clients: int, rate: int, *, coalescing_off: bool = False) -> Row:
+    name = f"{clients}x{rate}" + (" no-coalesce" if coalescing_off else "")
+    row = Row(name, clients=str(clients), rate=str(rate), demand=clients * rate)
+    extra_env = {"SSE_COALESCE_MS": "0"} if coalescing_off else {}
+    with scenario(opts, name, row, start="live", server_env=extra_env) as sc:
+        sc.start_loadgen()
+        budget = connect_budget(clients)
+        reply = sc.ask({"cmd": "connect", "path": sc.path, "n": clients, "batch": opts.batch, "timeout": 30}, budget)
+        row.clients = f"{reply['ok']}/{clients}"
+        log(f"  {reply['ok']}/{clients} streams open in {reply['seconds']:.1f}s")
+        if reply["ok"] == 0:
+            raise BenchError(f"no stream opened: {fmt_errors(reply['errors'])}")
+        row.notes.append(f"{reply['ok']} streams opened in {reply['seconds']:.1f} s")
+        sc.start_producer(rate)
+        ready = sc.ask({"cmd": "wait_events", "timeout": 15}, 30)
+        if ready["waiting"]:
+            row.notes.append(f"{ready['waiting']} streams had no event 15 s after the producer started")
+        time.sleep(opts.warmup_s)
+        sc.ask({"cmd": "reset"}, 10)
+        before = sc.sample()
+        time.sleep(opts.window_s)
+        report = sc.ask({"cmd": "report"}, 60)
+        after = sc.sample()
+        busiest = before.until(after, row)
+        row.delivered = report["events"] / report["seconds"]
+        row.p50_ms = report["p50"] * 1000 if report["p50"] is not None else None
+        row.p99_ms = report["p99"] * 1000 if report["p99"] is not None else None
+        row.errors = fmt_errors(report["errors"])
+        if report["lost"]:
+            row.notes.append(f"{report['lost']} streams closed by the server during the window")
+        sc.fill_server_state(row)
+        row.saturated = saturation(row, busiest)
+    apply_targets(row, targets_for(clients, rate, coalescing_off))
+    return row
+
+
+def run_ttfe(opts: Options, n: int) -> Row:
+    row = Row("time to first event", clients=str(n), rate="history")
+    with scenario(opts, row.scenario, row, start="historical") as sc:
+        producer = sc.start_producer(1000, count=200)
+        if producer.popen.wait(30) != 0:
+            raise BenchError(f"prefill producer failed:\n{producer.tail()}")
+        sc.start_loadgen()
+        anchor = sc.ask({"cmd": "connect", "path": sc.path, "n": 1, "timeout": 30}, 40)
+        if not anchor["ok"]:
+            raise BenchError(f"the anchor stream did not open: {fmt_errors(anchor['errors'])}")
+        sc.ask({"cmd": "wait_events", "timeout": 10}, 20)
+        before = sc.sample()
+        reply = sc.ask({"cmd": "ttfe", "path": sc.path, "n": n, "timeout": 5}, min(240, 30 + n * 5.5))
+        after = sc.sample()
+        busiest = before.until(after, row)
+        row.clients = f"{reply['ok']}/{n}"
+        row.p50_ms = reply["p50"] * 1000 if reply["p50"] is not None else None
+        row.p99_ms = reply["p99"] * 1000 if reply["p99"] is not None else None
+        row.errors = fmt_errors(reply["errors"])
+        if reply["headers_p50"] is not None:
+            row.notes.append(
+                f"p50/p99 = connect → first event of {n} clients one after the other, on a historical route whose "
+                f"topic holds 200 messages and already has one stream open (so the first event is immediate); "
+                f"connect → response headers p50 {reply['headers_p50'] * 1000:.1f} ms, "
+                f"p99 {reply['headers_p99'] * 1000:.1f} ms, max to first event {reply['max'] * 1000:.1f} ms"
+            )
+        sc.fill_server_state(row)
+        row.saturated = saturation(row, busiest)
+    apply_targets(row, [("p99 ≤ 50 ms", "p99<=50"), (f"fetch streams = {PARTITIONS}", f"fetch={PARTITIONS}")])
+    return row
+
+
+class Peak:
+    """Samples the server's broker connections and Kafka consumers every 0.5 s until stopped; keeps the peaks."""
+
+    def __init__(self, sc: Scenario) -> None:
+        self.sc = sc
+        self.conns = 0
+        self.consumers = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.5):
+            self.conns = max(self.conns, self.sc.broker_conns())
+            health = self.sc.health(limit_s=2.0)
+            if health is not None:
+                value = health.get("kafka_consumers", health.get("kafka_readers"))
+                if isinstance(value, int):
+                    self.consumers = max(self.consumers, value)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(5)
+
+
+def run_storm(opts: Options, n: int, rate: int) -> Row:
+    row = Row("reconnect storm", clients=str(n), rate=str(rate))
+    resumed_ok: bool | None = None
+    no_consumer_per_client: bool | None = None
+    with scenario(opts, row.scenario, row, start="live") as sc:
+        sc.start_loadgen()
+        reply = sc.ask(
+            {"cmd": "connect", "path": sc.path, "n": n, "batch": opts.batch, "timeout": 30, "track": True},
+            connect_budget(n),
+        )
+        log(f"  {reply['ok']}/{n} streams open in {reply['seconds']:.1f}s")
+        if reply["ok"] == 0:
+            raise BenchError(f"no stream opened: {fmt_errors(reply['errors'])}")
+        sc.start_producer(rate)
+        ready = sc.ask({"cmd": "wait_events", "timeout": 20}, 40)
+        time.sleep(1.0)
+        dropped = sc.ask({"cmd": "drop"}, 30)
+        log(f"  dropped {dropped['dropped']} streams ({dropped['with_id']} with an event id); reconnecting at once")
+        time.sleep(1.0)  # messages pile up meanwhile: each client's next event is waiting when it resumes
+        peak = Peak(sc)
+        before = sc.sample()
+        sc.ask({"cmd": "reset"}, 10)
+        storm = sc.ask({"cmd": "reconnect", "timeout": 60}, 90)
+        after = sc.sample()
+        peak.stop()
+        busiest = before.until(after, row)
+        time.sleep(1.0)
+        report = sc.ask({"cmd": "report"}, 30)
+        row.clients = f"{storm['resumed']}/{ready['ready']}"
+        row.p50_ms = storm["p50"] * 1000 if storm["p50"] is not None else None
+        row.p99_ms = storm["p99"] * 1000 if storm["p99"] is not None else None
+        row.errors = fmt_errors(report["errors"])
+        all_s = storm["all_seconds"]
+        resumed_ok = all_s is not None and all_s <= 10
+        row.notes.append(
+            f"p50/p99 = reconnect start → first event after resuming, per client; all {storm['asked']} resumed "
+            + (f"in {all_s:.2f} s" if all_s is not None else f"NOT within 60 s ({storm['failed']} failed)")
+            + (
+                f" (headers p50 {storm['headers_p50'] * 1000:.0f} ms, p99 {storm['headers_p99'] * 1000:.0f} ms)"
+                if storm["headers_p50"] is not None
+                else ""
+            )
+            + f"; peak during the storm: {peak.conns} server connections to the broker, "
+            f"{peak.consumers} Kafka consumers/readers (/-/health); "
+            f"resume continuity: {report['gaps']} gaps, {report['duplicates']} duplicates"
+        )
+        sc.fill_server_state(row)
+        row.consumers = peak.consumers or row.consumers
+        row.broker_conns = max(peak.conns, row.broker_conns or 0)
+        no_consumer_per_client = row.broker_conns < max(10, n // 10)
+        row.saturated = saturation(row, busiest)
+    row.target = f"all resumed ≤ 10 s; no Kafka consumer per client; RSS ≤ 500 MB; fetch streams = {PARTITIONS}"
+    if not row.met:
+        marks = [mark(resumed_ok), mark(no_consumer_per_client), mark(check(row, "rss<=500"))]
+        row.met = " ".join([*marks, mark(check(row, f"fetch={PARTITIONS}"))])
+    return row
+
+
+# --------------------------------------------------------------------------
+# Kafka and Django helpers
+# --------------------------------------------------------------------------
+
+
+def create_topic(bootstrap: str, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "bench"})
+    futures = admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)])
+    try:
+        futures[name].result(timeout=20)
+    except Exception as exc:
+        raise BenchError(f"cannot create topic {name}: {exc}") from exc
+
+
+def delete_topic(bootstrap: str, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "bench"})
+    admin.delete_topics([name], operation_timeout=10)[name].result(timeout=15)
+
+
+def put_route(name: str, path: str, topic: str, start: str) -> None:
+    from bindings.services import do_put_route  # noqa: PLC0415  (needs django.setup() first)
+
+    do_put_route(name=name, path=path, topic=topic, start=start)
+
+
+def delete_route(name: str) -> None:
+    from bindings.services import do_delete_route  # noqa: PLC0415  (needs django.setup() first)
+
+    do_delete_route(name)
+
+
+def load_services_env() -> None:
+    """The embedded services' URLs: from the environment (with-services.sh), else var/services.env."""
+    needed = ("DATABASE_URL", "REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")
+    env_file = ROOT / "var" / "services.env"
+    if not all(os.environ.get(k) for k in needed) and env_file.exists():
+        for line in env_file.read_text().splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() in needed:
+                os.environ.setdefault(key.strip(), value.strip())
+    missing = [k for k in needed if not os.environ.get(k)]
+    if missing:
+        sys.exit(
+            f"fanout: {', '.join(missing)} unset and no var/services.env: run through "
+            "`platform/with-services.sh -- .venv/bin/python bench/fanout.py` (or `make services-up` first)"
+        )
+
+
+def setup_django() -> None:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    django.setup()
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def broker_pid(port: int) -> int | None:
+    pid_file = ROOT / "var" / "kafka" / "tansu.pid"
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(pid_file.read_text().split()[0])
+        if cpu_ticks(pid) is not None and connections_listening(pid, port):
+            return pid
+    return None
+
+
+def connections_listening(pid: int, port: int) -> bool:
+    inodes = socket_inodes([pid])
+    with contextlib.suppress(OSError), open("/proc/net/tcp") as lines:
+        for line in list(lines)[1:]:
+            parts = line.split()
+            if parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port and parts[9] in inodes:
+                return True
+    return False
+
+
+# --------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------
+
+
+def parse_ints(text: str) -> list[int]:
+    return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
+
+
+def plan(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """The scenarios to run, in order: ("cell", (clients, rate)) | ("skip", (clients, rate)) | ..."""
+    tokens = [t.strip() for t in (args.scenarios or "matrix,nocoalesce,ttfe,storm").split(",") if t.strip()]
+    steps: list[tuple[str, Any]] = []
+    for item in tokens:
+        if item == "matrix":
+            for clients in args.clients:
+                for rate in args.rates:
+                    demand = clients * rate
+                    steps.append(("cell" if demand <= args.skip_demand else "skip", (clients, rate)))
+        elif item == "nocoalesce":
+            steps.append(("nocoalesce", (max((c for c in args.clients if c <= 1000), default=1000), max(args.rates))))
+        elif item == "ttfe":
+            steps.append(("ttfe", args.ttfe_clients))
+        elif item == "storm":
+            steps.append(("storm", args.storm_clients))
+        elif "x" in item:
+            clients, _, rate = item.partition("x")
+            steps.append(("cell", (int(clients), int(rate))))
+        else:
+            sys.exit(f"fanout: unknown scenario {item!r} (matrix, nocoalesce, ttfe, storm or CLIENTSxRATE)")
+    return steps
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="SSE fan-out benchmark (see bench/README.md).", formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small and short: 1 and 100 clients, 3 s windows")
+    parser.add_argument(
+        "--scenarios",
+        help="comma-separated: matrix, nocoalesce, ttfe, storm, or CLIENTSxRATE cells such as 1000x100\n"
+        "(default: matrix,nocoalesce,ttfe,storm)",
+    )
+    parser.add_argument("--clients", type=parse_ints, help="matrix clients (default 1,100,1000,10000; quick 1,100)")
+    parser.add_argument("--rates", type=parse_ints, default=[10, 100, 1000], help="matrix topic rates, msg/s")
+    parser.add_argument("--window", type=float, help="measurement window, s (default 10; quick 3)")
+    parser.add_argument("--warmup", type=float, help="warm-up after the first events, s (default 3; quick 1)")
+    parser.add_argument("--ttfe-clients", type=int, help="sequential new clients (default 200; quick 50)")
+    parser.add_argument("--storm-clients", type=int, help="reconnect storm size (default 10000; quick 100)")
+    parser.add_argument("--storm-rate", type=int, default=10, help="topic rate during the storm, msg/s")
+    parser.add_argument(
+        "--skip-demand",
+        type=int,
+        default=DEFAULT_SKIP_DEMAND,
+        help="matrix cells wanting more events/s are skipped unless named (default 2 000 000: skips 10000x1000)",
+    )
+    parser.add_argument("--processes", type=int, default=1, help="web processes (>1 runs platform/web.py)")
+    parser.add_argument(
+        "--server-module",
+        default="streams.server",
+        help="the server runs as `python -m MODULE` (default streams.server: daphne with flow control)",
+    )
+    parser.add_argument(
+        "--server-env", action="append", default=[], metavar="NAME=VALUE", help="extra server environment"
+    )
+    parser.add_argument("--app-dir", type=Path, default=ROOT, help="the checkout the server runs (default: this one)")
+    parser.add_argument(
+        "--max-broker-connections",
+        type=int,
+        default=3000,
+        help="kill the server and abort the scenario past this many server->broker connections\n"
+        "(default 3000; protects the shared embedded broker, whose file limit is 20 000; 0 = no limit)",
+    )
+    parser.add_argument("--batch", type=int, default=200, help="connections opened at once while connecting")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.clients = args.clients or ([1, 100] if quick else [1, 100, 1000, 10000])
+    args.window = args.window or (3.0 if quick else 10.0)
+    args.warmup = args.warmup if args.warmup is not None else (1.0 if quick else 3.0)
+    args.ttfe_clients = args.ttfe_clients or (50 if quick else 200)
+    args.storm_clients = args.storm_clients or (100 if quick else 10000)
+    return args
+
+
+def make_options(args: argparse.Namespace) -> Options:
+    bootstrap: str = settings.KAFKA.bootstrap_servers
+    first = bootstrap.split(",", maxsplit=1)[0]
+    if first.rsplit(":", 1)[0] not in {"127.0.0.1", "localhost"}:
+        sys.exit(f"fanout: the broker {first} is not on 127.0.0.1; this benchmark only talks to the local one")
+    broker_port = int(first.rsplit(":", 1)[1])
+    out_dir = ROOT / "var" / "bench"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return Options(
+        quick=args.quick,
+        window_s=args.window,
+        warmup_s=args.warmup,
+        processes=args.processes,
+        server_module=args.server_module,
+        server_env=dict(kv.split("=", 1) for kv in args.server_env),
+        app_dir=args.app_dir.resolve(),
+        max_broker_conns=args.max_broker_connections,
+        batch=args.batch,
+        out_dir=out_dir,
+        run_id=dt.datetime.now().strftime("%m%d%H%M%S"),
+        bootstrap=bootstrap,
+        broker_port=broker_port,
+        broker_pid=broker_pid(broker_port),
+    )
+
+
+def skipped_row(clients: int, rate: int) -> Row:
+    row = Row(f"{clients}x{rate}", clients=str(clients), rate=str(rate), demand=clients * rate)
+    row.notes.append(
+        f"skipped: {clients * rate:,} events/s wanted, far past one process; run it with --scenarios {clients}x{rate}"
+    )
+    row.met = "skipped"
+    apply_targets(row, targets_for(clients, rate, coalescing_off=False))
+    return row
+
+
+def run_step(opts: Options, args: argparse.Namespace, kind: str, what: Any) -> Row:
+    if kind == "cell":
+        return run_cell(opts, *what)
+    if kind == "nocoalesce":
+        return run_cell(opts, *what, coalescing_off=True)
+    if kind == "skip":
+        return skipped_row(*what)
+    if kind == "ttfe":
+        return run_ttfe(opts, what)
+    if kind == "storm":
+        return run_storm(opts, what, args.storm_rate)
+    raise ValueError(kind)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    steps = plan(args)
+    nofile = raise_nofile()
+    load_services_env()
+    setup_django()
+    opts = make_options(args)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    signal.signal(signal.SIGTERM, on_term)
+    log(
+        f"run {opts.run_id}: {len(steps)} scenarios, window {opts.window_s:.0f}s, warm-up {opts.warmup_s:.0f}s, "
+        f"{opts.processes} web process(es), server code from {opts.app_dir}, RLIMIT_NOFILE {nofile}, "
+        f"logs in {opts.out_dir}"
+    )
+    rows: list[Row] = []
+    started = time.monotonic()
+    interrupted = False
+    try:
+        for kind, what in steps:
+            rows.append(run_step(opts, args, kind, what))
+            last = rows[-1]
+            log(
+                f"  -> {last.scenario}: delivered {fmt_num(last.delivered)} ev/s, p50 {fmt_num(last.p50_ms, 1)} ms, "
+                f"p99 {fmt_num(last.p99_ms, 1)} ms, server CPU {fmt_num(last.server_cpu, 2)}, met {last.met}"
+            )
+    except (KeyboardInterrupt, Interrupted):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        interrupted = True
+        log("interrupted: stopping everything this run started")
+    finally:
+        Proc.stop_all()
+    elapsed = time.monotonic() - started
+    header = (
+        f"## SSE fan-out, run {opts.run_id} ({'quick' if args.quick else 'full'}, {elapsed:.0f} s"
+        f"{', interrupted' if interrupted else ''})\n\n"
+        f"{NCPU} cores; server: {opts.processes} x `python -m {opts.server_module}`"
+        f"{' ' + ' '.join(args.server_env) if args.server_env else ''}; {PARTITIONS} partitions, "
+        f"{MESSAGE_BYTES} B messages; window {opts.window_s:.0f} s after {opts.warmup_s:.0f} s warm-up; "
+        "latency = receipt in the load generator minus the send time embedded in the message by the producer; "
+        "CPU in cores (1.00 = one core busy).\n"
+    )
+    report = header + "\n" + render(rows)
+    print(report, flush=True)
+    (opts.out_dir / f"fanout-{opts.run_id}.md").write_text(report + "\n")
+    (opts.out_dir / f"fanout-{opts.run_id}.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    log(f"table and JSON saved under {opts.out_dir}")
+    return 130 if interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""Serve the ASGI app with several daphne worker processes sharing one listening socket.
+
+Run by path, with the project's interpreter (it is what the Procfile's ``web:`` line runs)::
+
+    .venv/bin/python platform/web.py
+
+Settings (environment):
+
+``WEB_HOST``, ``WEB_PORT``
+    where to listen (default ``127.0.0.1``, ``8000``); IPv4 only, as daphne adopts the socket as ``AF_INET``.
+``WEB_BACKLOG``
+    the listen backlog (default 4096; the kernel caps it at ``net.core.somaxconn``). A large one lets a
+    reconnect storm queue instead of having its SYNs dropped and retried a second later.
+``WEB_PROCESSES``
+    how many workers (default: one per core, ``os.cpu_count()``).
+``WEB_SERVER_MODULE``
+    the module each worker runs as ``python -m <module>``: default ``streams.server``, the project's daphne
+    with write flow control; ``daphne`` for stock daphne. It must accept daphne's command line (``--fd``).
+``WEB_DAPHNE_ARGS``
+    extra daphne arguments, split like a shell would (for instance ``-v 0``).
+``WEB_MAX_RESTARTS``
+    how many unexpected worker exits are tolerated per minute (default 5), see below.
+
+This process opens ONE socket (``SO_REUSEADDR``, listening, non-blocking) and starts the workers as
+``python -m streams.server --fd <fd> config.asgi:application``, handing the descriptor over with ``pass_fds``: every
+worker accepts from the same kernel queue, so a connection goes to whichever worker is free first. Each worker
+is a separate process with its own event loop and its own in-memory cache; none shares state with another.
+
+Signals: SIGTERM, SIGINT and SIGHUP are forwarded to every worker (SIGHUP as SIGTERM); the workers run in their
+own session, so a terminal's Ctrl-C reaches them only through this forwarding, once. Workers still running
+``STOP_GRACE_S`` seconds later are killed. This process exits when all its workers have exited: 0 after a
+requested stop, 1 otherwise. Each worker also gets SIGTERM from the kernel if this process dies abruptly
+(``PR_SET_PDEATHSIG``), so no worker is left holding the port.
+
+A worker that exits while no stop was requested is restarted, at most ``WEB_MAX_RESTARTS`` times in any 60 s
+window (all workers together); one more unexpected exit within the window stops all workers and makes this
+process exit 1, as something is wrong with every worker (a bad setting, an import error, a lost database) and
+restarting would only loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from types import FrameType
+
+ROOT = Path(__file__).resolve().parent.parent
+APPLICATION = "config.asgi:application"
+DEFAULT_SERVER_MODULE = "streams.server"
+RESTART_WINDOW_S = 60.0
+STOP_GRACE_S = 10.0
+PR_SET_PDEATHSIG = 1
+
+
+def log(message: str) -> None:
+    print(f"web: {message}", file=sys.stderr, flush=True)
+
+
+def env_int(name: str, default: int, minimum: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        sys.exit(f"web: {name} must be an integer >= {minimum}, got {raw!r}")
+    return value
+
+
+def listen(host: str, port: int, backlog: int) -> socket.socket:
+    """The shared listening socket, inheritable so the workers get it through ``pass_fds``."""
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        sys.exit(f"web: WEB_HOST {host!r} has no IPv4 address ({exc}); daphne adopts the socket as IPv4")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(infos[0][4])
+    except OSError as exc:
+        sock.close()
+        sys.exit(f"web: cannot listen on {host}:{port}: {exc.strerror}")
+    sock.listen(backlog)
+    sock.setblocking(False)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _child_setup() -> None:
+    # Runs in the worker between fork and exec: die with the parent. The parent is single-threaded.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Supervisor:
+    def __init__(self, sock: socket.socket, processes: int, argv_tail: list[str], max_restarts: int) -> None:
+        self.sock = sock
+        self.processes = processes
+        self.argv_tail = argv_tail
+        self.max_restarts = max_restarts
+        self.workers: dict[int, tuple[int, subprocess.Popen[bytes]]] = {}  # pid -> (slot, process)
+        self.restarts: deque[float] = deque()
+        self.stopping = False
+        self.stop_deadline = 0.0
+        self.failed = False
+        self.pending_signal: int | None = None
+
+    def spawn(self, slot: int) -> None:
+        fd = self.sock.fileno()
+        module = os.environ.get("WEB_SERVER_MODULE", "").strip() or DEFAULT_SERVER_MODULE
+        argv = [sys.executable, "-m", module, "--fd", str(fd), *self.argv_tail, APPLICATION]
+        # preexec_fn is safe here: this process has a single thread.
+        worker = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            pass_fds=(fd,),
+            start_new_session=True,
+            preexec_fn=_child_setup,  # noqa: PLW1509
+        )
+        self.workers[worker.pid] = (slot, worker)
+        log(f"worker {slot} started (pid {worker.pid})")
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum != signal.SIGCHLD:
+            self.pending_signal = signum
+
+    def stop(self, signum: int) -> None:
+        forward = signal.SIGTERM if signum == signal.SIGHUP else signum
+        if not self.stopping:
+            log(f"{signal.Signals(signum).name}: stopping {len(self.workers)} worker(s)")
+            self.stopping = True
+            self.stop_deadline = time.monotonic() + STOP_GRACE_S
+        for pid in list(self.workers):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, forward)
+
+    def reap(self) -> None:
+        for pid, (slot, worker) in list(self.workers.items()):
+            code = worker.poll()
+            if code is None:
+                continue
+            del self.workers[pid]
+            if self.stopping:
+                continue
+            log(f"worker {slot} (pid {pid}) exited unexpectedly with status {code}")
+            now = time.monotonic()
+            while self.restarts and now - self.restarts[0] > RESTART_WINDOW_S:
+                self.restarts.popleft()
+            if len(self.restarts) >= self.max_restarts:
+                log(f"more than {self.max_restarts} unexpected exits within {RESTART_WINDOW_S:.0f}s: giving up")
+                self.failed = True
+                self.stop(signal.SIGTERM)
+            else:
+                self.restarts.append(now)
+                self.spawn(slot)
+
+    def run(self) -> int:
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        os.set_blocking(wake_r, False)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, self.on_signal)
+        for slot in range(self.processes):
+            self.spawn(slot)
+        while self.workers:
+            select.select([wake_r], [], [], 1.0)
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 512)
+            if self.pending_signal is not None:
+                signum, self.pending_signal = self.pending_signal, None
+                self.stop(signum)
+            self.reap()
+            if self.stopping and self.workers and time.monotonic() > self.stop_deadline:
+                log(f"{len(self.workers)} worker(s) still running {STOP_GRACE_S:.0f}s after the stop: killing them")
+                for pid in list(self.workers):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                self.stop_deadline = float("inf")
+        return 1 if self.failed or not self.stopping else 0
+
+
+def main() -> int:
+    host = os.environ.get("WEB_HOST", "127.0.0.1").strip() or "127.0.0.1"
+    port = env_int("WEB_PORT", 8000, 0)
+    backlog = env_int("WEB_BACKLOG", 4096, 1)
+    processes = env_int("WEB_PROCESSES", os.cpu_count() or 1, 1)
+    max_restarts = env_int("WEB_MAX_RESTARTS", 5, 0)
+    try:
+        extra = shlex.split(os.environ.get("WEB_DAPHNE_ARGS", ""))
+    except ValueError as exc:
+        sys.exit(f"web: WEB_DAPHNE_ARGS cannot be split: {exc}")
+    sock = listen(host, port, backlog)
+    log(f"listening on {host}:{sock.getsockname()[1]} (backlog {backlog}), {processes} worker(s)")
+    return Supervisor(sock, processes, extra, max_restarts).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
