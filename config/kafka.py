@@ -15,6 +15,8 @@ class KafkaSettings:
     # this long, so it bounds delivery latency; 20 ms keeps latency low at a small polling cost.
     fetch_wait_max_ms: int = 20
     metadata_timeout_s: float = 5.0
+    # librdkafka prefetches up to this much per consumer (its default, 64 MiB, would dwarf a small cache).
+    fetch_queue_kbytes: int = 8192
     extra: dict[str, str] = field(default_factory=dict)
 
     def consumer_config(self) -> Config:
@@ -27,6 +29,8 @@ class KafkaSettings:
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
             "fetch.wait.max.ms": self.fetch_wait_max_ms,
+            "queued.max.messages.kbytes": self.fetch_queue_kbytes,
+            "fetch.max.bytes": min(52428800, self.fetch_queue_kbytes * 1024),
             "socket.connection.setup.timeout.ms": int(self.metadata_timeout_s * 1000),
             **self.extra,
         }

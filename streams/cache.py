@@ -14,8 +14,6 @@ from collections.abc import Iterable
 
 from streams.kafka import Record
 
-_COMPACT_AFTER = 1024
-
 
 class PartitionLog:
     """An append-only window of one partition's records, by offset."""
@@ -70,11 +68,10 @@ class PartitionLog:
             freed += record.size
             self.start = record.offset + 1
             self._head += 1
-        if self._head > _COMPACT_AFTER and self._head * 2 > len(self.records):
-            # Compact the lists now and then instead of shifting them on every eviction.
-            del self.records[: self._head], self._offsets[: self._head], self._cum[: self._head]
-            self._head = 0
-        if self._head == len(self.records):
+        # Drop the evicted records' references now (a pointer shift per eviction round, not per record).
+        del self.records[: self._head], self._offsets[: self._head], self._cum[: self._head]
+        self._head = 0
+        if not self.records:
             self.start = self.next_offset
         return freed
 

@@ -18,12 +18,12 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 
-from bindings.selectors import EVENT_ID_KEY_AND_ETAG, EndpointSpec, RouteSpec, route_specs
+from bindings.selectors import EVENT_ID_KEY_AND_ETAG, SLOW_CLIENT_CONFLATE, EndpointSpec, RouteSpec, route_specs
 from streams import sse
 from streams.event_id import parse_id
 from streams.filters import compile_filters
 from streams.hub import Hub, TopicState, current_hub, get_hub
-from streams.kafka import HistoricalReader, KafkaUnavailableError, ReaderStats, TopicNotFoundError
+from streams.kafka import HistoricalReader, KafkaUnavailableError, ReaderStats, Record, TopicNotFoundError
 from streams.positions import parse_since
 from streams.routing import Match, compile_routes, match_path
 from streams.server import FLOW_EXTENSION, Flow
@@ -40,7 +40,7 @@ ASGIApp = Callable[..., Awaitable[None]]
 MAX_LAST_EVENT_ID_BYTES = 4096
 STREAM_METHODS = "GET, HEAD, OPTIONS"
 HISTORY_POLL_S = 0.05
-READ_LIMIT = 1000  # records per partition per write
+CHUNK_BYTES = 256 * 1024  # at most this much per write, so no connection's buffer holds more
 
 
 class StreamStats:
@@ -257,7 +257,8 @@ class Stream:
         opening = sse.retry(route.endpoint.retry_ms) + preamble
         await self.send({"type": "http.response.body", "body": opening, "more_body": True})
         flow = self.scope.get("extensions", {}).get(FLOW_EXTENSION)
-        pump = Pump(hub, state, subscription, starts, send=self.send, flow=flow)
+        conflate = route.slow_client == SLOW_CLIENT_CONFLATE
+        pump = Pump(hub, state, subscription, starts, send=self.send, flow=flow, conflate=conflate)
         StreamStats.open_streams += 1
         try:
             await self.race(pump.run(route.endpoint.keepalive_s), matched.topic)
@@ -307,8 +308,9 @@ class Stream:
 
 class Pump:
     """Moves one stream's records from the cache (or, for what it no longer holds, a historical reader) to the
-    client: everything ready goes out in one write; a full connection is not written to, and closed once the
-    client is more than SSE_MAX_PENDING_BYTES behind."""
+    client: everything ready goes out in one write. A full connection is not written to; then, by the route's
+    slow-client policy, the client is closed once more than SSE_MAX_PENDING_BYTES behind (it resumes with
+    nothing lost), or, conflating, it is sent only the latest pending value per key when it drains."""
 
     def __init__(
         self,
@@ -319,14 +321,20 @@ class Pump:
         *,
         send: Send,
         flow: Flow | None,
+        conflate: bool = False,
     ) -> None:
         self.hub, self.state, self.subscription = hub, state, subscription
         self.cursors = dict(starts)  # next offset to read, per partition
         self.send, self.flow = send, flow
+        self.conflate = conflate
+        self.behind = False  # conflating: the connection was full, so the next read conflates what is pending
         self.waiter = asyncio.Event()
         self.history: HistoricalReader | None = None
         self.coalesce_s = settings.SSE_COALESCE_MS / 1000
         self.max_pending = settings.SSE_MAX_PENDING_BYTES
+        self.stall_grace_s = settings.SSE_STALL_GRACE_MS / 1000
+        self.backlog: list[Record] = []  # records from the historical reader not written yet
+        self.history_partitions: set[int] = set()
         hub.attach(state, starts, self.waiter)
 
     async def close(self) -> None:
@@ -350,7 +358,7 @@ class Pump:
             if data:
                 await self.write(data)
                 last_write = loop.time()
-            if self.history is not None or self.pending():
+            if self.history is not None or self.backlog or self.pending():
                 await asyncio.sleep(0)
             else:
                 timeout = keepalive - (loop.time() - last_write) if keepalive else None
@@ -378,8 +386,16 @@ class Pump:
         """Wait while the client's connection is full; False (and the connection closed) once it is too far
         behind."""
         flow = self.flow
+        paused_since = asyncio.get_running_loop().time()
         while flow is not None and flow.paused and not flow.closed:
-            if self.lag_bytes() > self.max_pending:
+            if self.conflate:
+                self.behind = True
+                await flow.wait_writable()
+                continue
+            # A pause alone is no stall (a replay fills the connection for a moment): close only a client that
+            # has drained nothing for a while and is far behind.
+            stalled = asyncio.get_running_loop().time() - paused_since >= self.stall_grace_s
+            if stalled and self.lag_bytes() > self.max_pending:
                 StreamStats.closed_slow += 1
                 log.info("closing a slow client of %s: more than %d bytes behind", self.state.name, self.max_pending)
                 flow.abort()
@@ -401,35 +417,64 @@ class Pump:
     def read_cache(self) -> bytes:
         records = []
         eof = []
-        for partition, cursor in self.cursors.items():
+        conflate, self.behind = self.behind, False
+        budget = CHUNK_BYTES
+        for partition in self.cursors:
             window = self.hub.cache.log(self.state.name, partition)
+            if window is not None and conflate and self.cursors[partition] < window.start:
+                # Conflating skips what the window no longer holds: a key updated only before it is not resent.
+                self.cursors[partition] = window.start
+            cursor = self.cursors[partition]
             if window is None or cursor < window.start:
                 continue
-            got = window.read(cursor, READ_LIMIT)
+            got = window.read(cursor, len(window)) if conflate else self._within_budget(window.read(cursor), budget)
             if got:
                 records.extend(got)
+                budget -= sum(record.size for record in got)
                 self.cursors[partition] = got[-1].offset + 1
             elif partition in self.state.at_end:
                 eof.append(partition)
-        return self.subscription.feed(records, eof) if records or eof else b""
+        return self.subscription.feed(records, eof, conflate=conflate) if records or eof else b""
+
+    @staticmethod
+    def _within_budget(records: list[Record], budget: int) -> list[Record]:
+        """The first records whose sizes fit in `budget` (at least one, so a big record still goes out), as a new
+        list: callers remove what they took from `records`."""
+        total = 0
+        for index, record in enumerate(records):
+            total += record.size
+            if total > budget:
+                return records[: max(index, 1)] if budget > 0 else []
+        return records[:]
 
     async def read_history(self) -> bytes:
         """Records older than the cache window, from a short-lived reader that hands over to the window."""
+        if self.behind:
+            return b""  # a conflating client that fell behind skips to the window instead
         behind = {}
         for partition, cursor in self.cursors.items():
             window = self.hub.cache.log(self.state.name, partition)
             if window is not None and cursor < window.start:
                 behind[partition] = cursor
         if not behind:
+            self.backlog = []
             if self.history is not None:
                 await self.history.close()
                 self.history = None
             return b""
+        if self.history is not None and not behind.keys() <= self.history_partitions:
+            # Eviction put another partition behind the window: read it too, from where each one stands.
+            await self.history.close()
+            self.history, self.backlog = None, []
         if self.history is None:
             self.history = HistoricalReader(self.hub.kafka, self.state.name)
+            self.history_partitions = set(behind)
             await self.history.start(behind)
-        batch = await self.history.poll(HISTORY_POLL_S)
-        records = [r for r in batch.records if r.partition in behind and r.offset >= self.cursors[r.partition]]
+        if not self.backlog:
+            self.backlog = (await self.history.poll(HISTORY_POLL_S)).records
+        records = self._within_budget(self.backlog, CHUNK_BYTES)
+        del self.backlog[: len(records)]
+        records = [r for r in records if r.partition in behind and r.offset >= self.cursors[r.partition]]
         for record in records:
             self.cursors[record.partition] = record.offset + 1
         return self.subscription.feed(records) if records else b""

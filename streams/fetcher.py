@@ -23,6 +23,7 @@ from streams.kafka import Record, record_of
 log = logging.getLogger(__name__)
 
 BatchHandler = Callable[["FetchedBatch"], None]
+BATCH_BYTES = 4 * 1024 * 1024  # one batch handed to the loop holds about this much at most
 
 
 @dataclass
@@ -35,7 +36,7 @@ class Fetcher:
     """Owns the consumer and its thread; every other thread talks to it through commands."""
 
     def __init__(
-        self, kafka: KafkaSettings, loop: asyncio.AbstractEventLoop, on_batch: BatchHandler, *, batch_size: int = 2000
+        self, kafka: KafkaSettings, loop: asyncio.AbstractEventLoop, on_batch: BatchHandler, *, batch_size: int = 500
     ) -> None:
         self._kafka = kafka
         self._loop = loop
@@ -137,7 +138,14 @@ class Fetcher:
         first = consumer.poll(0.05)
         if first is None:
             return batch
-        for message in [first, *consumer.consume(self._batch_size, 0)]:
+        messages, size = [first], len(first.value() or b"")
+        while size < BATCH_BYTES and len(messages) < self._batch_size:
+            more = consumer.consume(min(100, self._batch_size - len(messages)), 0)
+            if not more:
+                break
+            messages += more
+            size += sum(len(m.value() or b"") for m in more)
+        for message in messages:
             error = message.error()
             key = (message.topic() or "", message.partition() or 0)
             if error is None:

@@ -165,7 +165,7 @@ class HistoricalReader:
     poll returns.
     """
 
-    def __init__(self, kafka: KafkaSettings, topic: str, *, batch_size: int = 1000) -> None:
+    def __init__(self, kafka: KafkaSettings, topic: str, *, batch_size: int = 200) -> None:
         self._kafka = kafka
         self.topic = topic
         self._batch_size = batch_size

@@ -67,9 +67,15 @@ class Subscription:
         out.append(self._caught_up_if_due())
         return b"".join(out)
 
-    def feed(self, records: Iterable[Record], eof: Iterable[int] = ()) -> bytes:
-        """The bytes to send for a batch of records (in partition order) and partitions seen at their end."""
+    def feed(self, records: Iterable[Record], eof: Iterable[int] = (), *, conflate: bool = False) -> bytes:
+        """The bytes to send for a batch of records (in partition order) and partitions seen at their end.
+
+        With `conflate`, only the latest record per key of the batch is sent (a partition's last record always
+        is, so the id still moves past the whole batch); records without a key are all sent.
+        """
         out: list[bytes] = []
+        if conflate:
+            records = _latest_per_key(records)
         for record in records:
             partition, end = record.partition, self._ends.get(record.partition, 0)
             if partition in self._held and record.offset < end:
@@ -103,3 +109,11 @@ class Subscription:
             return b""
         self._caught_up_sent = True
         return sse.event(b"", event_id=self.event_id(None), event_type=CAUGHT_UP)
+
+
+def _latest_per_key(records: Iterable[Record]) -> list[Record]:
+    latest: dict[object, Record] = {}
+    for record in records:
+        key = (record.partition, record.key) if record.key is not None else (record.partition, "offset", record.offset)
+        latest[key] = record
+    return sorted(latest.values(), key=lambda r: (r.partition, r.offset))

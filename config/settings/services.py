@@ -25,4 +25,5 @@ KAFKA = KafkaSettings(
     client_id=envstr("KAFKA_CLIENT_ID", default="sse-platform"),
     fetch_wait_max_ms=envint("KAFKA_FETCH_WAIT_MAX_MS", default=20, minimum=1, maximum=10_000),
     metadata_timeout_s=envint("KAFKA_METADATA_TIMEOUT_MS", default=5_000, minimum=100) / 1000,
+    fetch_queue_kbytes=envint("KAFKA_FETCH_QUEUE_KBYTES", default=8192, minimum=1024),
 )

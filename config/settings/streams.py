@@ -18,3 +18,5 @@ SSE_TOPIC_IDLE_S = envint("SSE_TOPIC_IDLE_S", default=60, minimum=1)
 SSE_COALESCE_MS = envint("SSE_COALESCE_MS", default=5, minimum=0, maximum=1000)
 # A client whose connection is full and who is this far behind is closed; it resumes with Last-Event-ID.
 SSE_MAX_PENDING_BYTES = envint("SSE_MAX_PENDING_BYTES", default=1024 * 1024, minimum=64 * 1024)
+# ...once its connection has been full, draining nothing, for this long (a replay fills it for a moment).
+SSE_STALL_GRACE_MS = envint("SSE_STALL_GRACE_MS", default=2000, minimum=0)
