@@ -14,18 +14,17 @@ from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
 
-from bindings.selectors import EVENT_ID_KEY_AND_ETAG, SLOW_CLIENT_CONFLATE, EndpointSpec, RouteSpec, route_specs
+from bindings.selectors import EVENT_ID_KEY_AND_ETAG, SLOW_CLIENT_CONFLATE, EndpointSpec, RouteSpec
 from streams import sse
 from streams.event_id import parse_id
 from streams.filters import compile_filters
 from streams.hub import Hub, TopicState, current_hub, get_hub
 from streams.kafka import HistoricalReader, KafkaUnavailableError, ReaderStats, Record, TopicNotFoundError
 from streams.positions import parse_since
-from streams.routing import Match, compile_routes, match_path
+from streams.routes import route_table
+from streams.routing import Match
 from streams.server import FLOW_EXTENSION, Flow
 from streams.subscription import Subscription, SubscriptionOptions
 
@@ -49,14 +48,6 @@ class StreamStats:
     open_streams = 0
     malformed_ids = 0
     closed_slow = 0
-
-
-def _load_routes() -> tuple[RouteSpec, ...]:
-    close_old_connections()
-    return route_specs()
-
-
-load_routes = sync_to_async(_load_routes)
 
 
 async def respond_json(
@@ -156,6 +147,7 @@ class StreamEndpoint:
                 "malformed_ids": StreamStats.malformed_ids,
                 "closed_slow": StreamStats.closed_slow,
                 "historical_readers": ReaderStats.historical_readers,
+                "route_reloads": route_table.reloads,
                 **counts,
             }
             await respond_json(send, 200, body)
@@ -197,7 +189,7 @@ class Stream:
                 self.send, 400, "Bad request", f"Last-Event-ID is longer than {MAX_LAST_EVENT_ID_BYTES} bytes."
             )
             return
-        matched = match_path(compile_routes(await load_routes()), path)
+        matched = await route_table.match(path)
         if matched is None:
             await problem(self.send, 404, "No route", f"No route matches {path}.")
             return
@@ -213,7 +205,7 @@ class Stream:
         await self.serve(matched, resume, since_ms, head_only=method == "HEAD")
 
     async def preflight(self, path: str) -> None:
-        matched = match_path(compile_routes(await load_routes()), path)
+        matched = await route_table.match(path)
         if matched is None:
             await problem(self.send, 404, "No route", f"No route matches {path}.")
             return

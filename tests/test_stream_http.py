@@ -101,3 +101,23 @@ def test_a_disconnect_ends_the_stream_task_and_frees_its_subscription(
     after = health(daphne_url)
     assert after["subscriptions"] == before["subscriptions"]
     assert after["fetch_streams"] == before["fetch_streams"]
+
+
+def test_a_changed_route_takes_effect_for_new_streams_without_a_restart(
+    daphne_url: str, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]]
+) -> None:
+    first, second = new_topic(), new_topic()
+    produce(first, b"from the first topic")
+    produce(second, b"from the second topic")
+    path = route_to(first)
+    with EventStream(daphne_url + path) as stream:
+        assert stream.next_event().text == "from the first topic"
+    reloads = health(daphne_url)["route_reloads"]
+    do_put_route(name=path[1:], path=path, topic=second)  # the path still matches: only the announcement tells
+
+    def streams_the_second() -> bool:
+        with EventStream(daphne_url + path) as stream:
+            return stream.next_event().text == "from the second topic"
+
+    wait_until(streams_the_second, timeout=2)
+    assert health(daphne_url)["route_reloads"] > reloads
