@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -321,16 +321,24 @@ class Pump:
         self.conflate = conflate
         self.behind = False  # conflating: the connection was full, so the next read conflates what is pending
         self.waiter = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+        self.idle = False  # the task is parked waiting: `notify` may write
+        self.shared_delivered = 0
+        self.keepalive = 0
+        self.keepalive_due = False
+        self.last_write = self.loop.time()
+        self.timer: asyncio.TimerHandle | None = None
         self.history: HistoricalReader | None = None
-        self.coalesce_s = settings.SSE_COALESCE_MS / 1000
         self.max_pending = settings.SSE_MAX_PENDING_BYTES
         self.stall_grace_s = settings.SSE_STALL_GRACE_MS / 1000
         self.backlog: list[Record] = []  # records from the historical reader not written yet
         self.history_partitions: set[int] = set()
-        hub.attach(state, starts, self.waiter)
+        hub.attach(state, starts, self)
 
     async def close(self) -> None:
-        self.hub.detach(self.state, self.waiter)
+        if self.timer is not None:
+            self.timer.cancel()
+        self.hub.detach(self.state, self)
         if self.history is not None:
             await self.history.close()
             self.history = None
@@ -340,32 +348,80 @@ class Pump:
             self.flow.write(data)
         else:
             await self.send({"type": "http.response.body", "body": data, "more_body": True})
+        self.last_write = self.loop.time()
+
+    def share_key(self) -> Hashable | None:
+        """Pumps with equal keys write the same bytes for the next batch (None: this one cannot share now)."""
+        flow = self.flow
+        if not self.idle or flow is None or flow.paused or flow.closed or not self.subscription.settled:
+            return None
+        return (
+            self.subscription.options,
+            tuple(self.cursors.items()),
+            tuple(self.subscription.progress.items()),
+        )
+
+    def notify(self) -> bytes | None:
+        """The hub's fan-out: while the task is parked and the connection has room, write here and now (no task
+        switch per client per batch); anything else is the task's to do. Returns what it wrote."""
+        flow = self.flow
+        if not self.idle or flow is None or flow.paused or flow.closed:
+            self.waiter.set()
+            return None
+        before = self.subscription.delivered
+        data = self.read_cache()
+        if data:
+            flow.write(data)
+            self.last_write = self.loop.time()
+        if self.pending() or flow.paused:
+            self.waiter.set()
+        self.shared_delivered = self.subscription.delivered - before
+        return data
+
+    def adopt(self, leader: Pump, data: bytes) -> None:
+        """Write what `leader`, whose share key equals this one's, just wrote, and take its position."""
+        assert self.flow is not None  # noqa: S101  (share_key is None without a flow)
+        self.cursors = dict(leader.cursors)
+        self.subscription.adopt(leader.subscription, leader.shared_delivered)
+        if data:
+            self.flow.write(data)
+            self.last_write = self.loop.time()
+        if self.pending() or self.flow.paused:
+            self.waiter.set()
+
+    def _keepalive(self) -> None:
+        idle_for = self.loop.time() - self.last_write
+        if idle_for >= self.keepalive:
+            if self.idle and self.flow is not None and not self.flow.paused:
+                self.flow.write(sse.KEEPALIVE)
+                self.last_write = self.loop.time()
+            else:
+                self.keepalive_due = True
+                self.waiter.set()
+        self.timer = self.loop.call_at(self.last_write + self.keepalive, self._keepalive)
 
     async def run(self, keepalive: int) -> None:
-        loop = asyncio.get_running_loop()
-        last_write = loop.time()
+        self.keepalive = keepalive
+        if keepalive:
+            self.timer = self.loop.call_at(self.last_write + keepalive, self._keepalive)
         while True:
             self.waiter.clear()
-            data = await self.read_history() + self.read_cache()
-            if data:
-                await self.write(data)
-                last_write = loop.time()
-            if self.history is not None or self.backlog or self.pending():
-                await asyncio.sleep(0)
-            else:
-                timeout = keepalive - (loop.time() - last_write) if keepalive else None
-                try:
-                    await asyncio.wait_for(self.waiter.wait(), timeout)
-                except TimeoutError:
-                    await self.write(sse.KEEPALIVE)
-                    last_write = loop.time()
-                    continue
-                # Busy topic: give the next records a moment to arrive, so one write carries many.
-                since_write = loop.time() - last_write
-                if self.coalesce_s and since_write < self.coalesce_s:
-                    await asyncio.sleep(self.coalesce_s - since_write)
             if not await self.writable():
                 return
+            data = await self.read_history() + self.read_cache()
+            if self.keepalive_due and not data:
+                data = sse.KEEPALIVE
+            self.keepalive_due = False
+            if data:
+                await self.write(data)
+            if self.history is not None or self.backlog or self.pending() or (self.flow and self.flow.paused):
+                await asyncio.sleep(0)
+                continue
+            self.idle = True
+            try:
+                await self.waiter.wait()
+            finally:
+                self.idle = False
 
     def pending(self) -> bool:
         for partition, cursor in self.cursors.items():

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from django.conf import settings
 
@@ -30,6 +31,18 @@ METADATA_TTL_S = 30.0
 JANITOR_INTERVAL_S = 5.0
 
 
+class Subscriber(Protocol):
+    def share_key(self) -> Hashable | None:
+        """Subscribers with equal keys would write the same bytes for the next batch; None: not shareable now."""
+
+    def notify(self) -> bytes | None:
+        """New records (or a partition's end) arrived for the topic; called on the event loop. Returns the bytes
+        it wrote, or None when it left the work to its own task."""
+
+    def adopt(self, leader: Any, data: bytes) -> None:
+        """Write what `leader` (same share key) just wrote and take its position."""
+
+
 @dataclass
 class TopicState:
     name: str
@@ -37,9 +50,11 @@ class TopicState:
     described_at: float
     low: dict[int, int] = field(default_factory=dict)  # earliest offsets, as last looked up
     at_end: set[int] = field(default_factory=set)  # partitions the fetcher has read up to their end
-    waiters: set[asyncio.Event] = field(default_factory=set)
+    subscribers: set[Subscriber] = field(default_factory=set)
     idle_since: float | None = None
     bootstrap: bool = False
+    last_fanout: float = float("-inf")
+    fanout: asyncio.TimerHandle | None = None  # a coalesced fan-out already scheduled
 
 
 @dataclass(frozen=True)
@@ -58,8 +73,11 @@ class Hub:
         cache_bytes: int,
         idle_s: float,
         bootstrap: tuple[str, ...] = (),
+        coalesce_s: float = 0.0,
     ) -> None:
         self.kafka = kafka
+        self.loop = loop
+        self.coalesce_s = coalesce_s
         self.metadata = Metadata(kafka)
         self.cache = Cache(cache_bytes)
         self.fetcher = Fetcher(kafka, loop, self._on_batch)
@@ -145,8 +163,8 @@ class Hub:
 
     # --- subscribers ------------------------------------------------------------------------------------
 
-    def attach(self, state: TopicState, starts: Mapping[int, int], waiter: asyncio.Event) -> None:
-        state.waiters.add(waiter)
+    def attach(self, state: TopicState, starts: Mapping[int, int], subscriber: Subscriber) -> None:
+        state.subscribers.add(subscriber)
         state.idle_since = None
         self._open(state, starts)
 
@@ -158,9 +176,9 @@ class Hub:
                 self.fetcher.assign(state.name, partition, offset)
         self.fetcher.resume(state.name, state.info.partitions)
 
-    def detach(self, state: TopicState, waiter: asyncio.Event) -> None:
-        state.waiters.discard(waiter)
-        if not state.waiters and not state.bootstrap:
+    def detach(self, state: TopicState, subscriber: Subscriber) -> None:
+        state.subscribers.discard(subscriber)
+        if not state.subscribers and not state.bootstrap:
             state.idle_since = time.monotonic()
             self.fetcher.pause(state.name, state.info.partitions)
 
@@ -178,15 +196,46 @@ class Hub:
                 state.at_end.add(partition)
                 touched.add(topic)
         for topic in touched:
-            for waiter in self.topics[topic].waiters:
-                waiter.set()
+            self._schedule(self.topics[topic])
+
+    def _schedule(self, state: TopicState) -> None:
+        """Fan out now, or, on a topic busier than one batch per coalescing window, at the window's end: then one
+        write to each client carries everything that arrived meanwhile."""
+        if state.fanout is not None:
+            return
+        due = state.last_fanout + self.coalesce_s
+        if self.loop.time() >= due:
+            self._fan_out(state)
+        else:
+            state.fanout = self.loop.call_at(due, self._fan_out, state)
+
+    def _fan_out(self, state: TopicState) -> None:
+        """Each group of subscribers in the same position (same route options, same progress) has its events
+        encoded once: the first of the group writes, the others write the same bytes."""
+        state.fanout = None
+        state.last_fanout = self.loop.time()
+        groups: dict[Hashable, list[Subscriber]] = {}
+        for subscriber in list(state.subscribers):
+            key = subscriber.share_key()
+            if key is None:
+                subscriber.notify()
+            else:
+                groups.setdefault(key, []).append(subscriber)
+        for leader, *followers in groups.values():
+            data = leader.notify()
+            if data is None:
+                for follower in followers:
+                    follower.notify()
+                continue
+            for follower in followers:
+                follower.adopt(leader, data)
 
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(JANITOR_INTERVAL_S)
             now = time.monotonic()
             for state in list(self.topics.values()):
-                if state.idle_since is not None and not state.waiters and now - state.idle_since > self._idle_s:
+                if state.idle_since is not None and not state.subscribers and now - state.idle_since > self._idle_s:
                     self.fetcher.unassign(state.name, state.info.partitions)
                     self.cache.drop(state.name)
                     del self.topics[state.name]
@@ -195,7 +244,7 @@ class Hub:
         return {
             "kafka_consumers": 1,
             "fetch_streams": self.fetcher.fetch_streams,
-            "subscriptions": sum(len(state.waiters) for state in self.topics.values()),
+            "subscriptions": sum(len(state.subscribers) for state in self.topics.values()),
             "cached_topics": len(self.topics),
             "cache_bytes": self.cache.bytes,
         }
@@ -215,6 +264,7 @@ def get_hub() -> Hub:
             cache_bytes=settings.SSE_CACHE_MAX_BYTES,
             idle_s=settings.SSE_TOPIC_IDLE_S,
             bootstrap=settings.SSE_BOOTSTRAP_TOPICS,
+            coalesce_s=settings.SSE_COALESCE_MS / 1000,
         )
         hub.start()
     return hub

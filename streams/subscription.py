@@ -51,6 +51,17 @@ class Subscription:
         self._caught_up_sent = not options.caught_up
         self.delivered = 0
 
+    @property
+    def settled(self) -> bool:
+        """Nothing held back and nothing still to announce: the output then depends only on the options, the
+        progress and the records, so subscriptions equal in those write the same bytes."""
+        return not self._held and self._caught_up_sent
+
+    def adopt(self, leader: Subscription, delivered: int) -> None:
+        """Take the state of a settled subscription that just fed what this one would have been fed."""
+        self.progress = dict(leader.progress)
+        self.delivered += delivered
+
     def event_id(self, record: Record | None) -> bytes:
         etag = None if record is None else record.header("etag")
         if self.options.key_form:
