@@ -14,8 +14,9 @@ SSE_CACHE_MAX_BYTES = envint("SSE_CACHE_MAX_BYTES", default=256 * 1024 * 1024, m
 SSE_BOOTSTRAP_TOPICS = tuple(envlist("SSE_BOOTSTRAP_TOPICS", []))
 # A topic no stream has read for this long is dropped from the cache.
 SSE_TOPIC_IDLE_S = envint("SSE_TOPIC_IDLE_S", default=60, minimum=1)
-# On a busy topic, a stream waits this long after a write so the next one carries more events (0 = off).
-SSE_COALESCE_MS = envint("SSE_COALESCE_MS", default=5, minimum=0, maximum=1000)
+# On a busy topic, fan out at most once per this many ms, so each write carries more events (0 = off);
+# the first batch after a quiet spell goes out at once. Measured: 20 ms halves p99 at 1000 clients x 100 msg/s.
+SSE_COALESCE_MS = envint("SSE_COALESCE_MS", default=20, minimum=0, maximum=1000)
 # A client whose connection is full and who is this far behind is closed; it resumes with Last-Event-ID.
 SSE_MAX_PENDING_BYTES = envint("SSE_MAX_PENDING_BYTES", default=1024 * 1024, minimum=64 * 1024)
 # ...once its connection has been full, draining nothing, for this long (a replay fills it for a moment).
