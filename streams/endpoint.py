@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
@@ -124,6 +125,16 @@ def raw_path(scope: Scope) -> str:
 class StreamEndpoint:
     def __init__(self, django_app: ASGIApp) -> None:
         self.django_app = django_app
+        if settings.SSE_BOOTSTRAP_TOPICS:
+            self._start_hub_when_serving()
+
+    @staticmethod
+    def _start_hub_when_serving() -> None:
+        """Bootstrap topics are fetched from process start, not from the first stream: under daphne, start the
+        hub as soon as the reactor runs (on its asyncio loop). Elsewhere the first request starts it."""
+        reactor = sys.modules.get("twisted.internet.reactor")
+        if reactor is not None:
+            reactor.callLater(0, get_hub)  # runs on the asyncio loop once it runs (startup triggers fire before)
 
     def _is_django(self, path: str) -> bool:
         return path == "/" or any(path.startswith(p) for p in settings.SSE_RESERVED_PREFIXES if p != "/-/")
@@ -324,6 +335,7 @@ class Pump:
         self.loop = asyncio.get_running_loop()
         self.idle = False  # the task is parked waiting: `notify` may write
         self.shared_delivered = 0
+        self.shared_pending = False
         self.keepalive = 0
         self.keepalive_due = False
         self.last_write = self.loop.time()
@@ -333,7 +345,7 @@ class Pump:
         self.stall_grace_s = settings.SSE_STALL_GRACE_MS / 1000
         self.backlog: list[Record] = []  # records from the historical reader not written yet
         self.history_partitions: set[int] = set()
-        hub.attach(state, starts, self)
+        self.state = hub.attach(state, starts, self)
 
     async def close(self) -> None:
         if self.timer is not None:
@@ -373,7 +385,8 @@ class Pump:
         if data:
             flow.write(data)
             self.last_write = self.loop.time()
-        if self.pending() or flow.paused:
+        self.shared_pending = self.pending()
+        if self.shared_pending or flow.paused:
             self.waiter.set()
         self.shared_delivered = self.subscription.delivered - before
         return data
@@ -385,8 +398,8 @@ class Pump:
         self.subscription.adopt(leader.subscription, leader.shared_delivered)
         if data:
             self.flow.write(data)
-            self.last_write = self.loop.time()
-        if self.pending() or self.flow.paused:
+            self.last_write = leader.last_write
+        if leader.shared_pending or self.flow.paused:
             self.waiter.set()
 
     def _keepalive(self) -> None:

@@ -39,6 +39,21 @@ def _varint(value: int, out: bytearray) -> None:
     out.append(number)
 
 
+def encode_pair(partition: int, offset: int) -> bytes:
+    """One partition's entry of the progress encoding, to keep and join instead of re-encoding every entry."""
+    out = bytearray()
+    _varint(partition, out)
+    _varint(offset, out)
+    return bytes(out)
+
+
+def encode_parts(parts: Mapping[int, bytes]) -> bytes:
+    """The `${etag}` text (as bytes) from each partition's `encode_pair`."""
+    head = bytearray([KIND_V1])
+    _varint(len(parts), head)
+    return base64.urlsafe_b64encode(bytes(head) + b"".join(parts[p] for p in sorted(parts)))
+
+
 def encode_progress(progress: Mapping[int, int]) -> str:
     """The `${etag}` text for a partition -> next-offset map, partitions in ascending order."""
     out = bytearray([KIND_V1])
@@ -101,18 +116,25 @@ def _safe_etag(etag: bytes | None) -> bytes | None:
     return etag
 
 
-def etag_id(progress: Mapping[int, int], etag: bytes | None = None) -> bytes:
-    """The `${etag}` event id of a message: progress, then `/` and its `etag` header if it has one."""
-    text = encode_progress(progress).encode("ascii")
+def etag_id_from(text: bytes, etag: bytes | None = None) -> bytes:
+    """The `${etag}` event id from an encoded progress: then `/` and the message's `etag` header if it has one."""
     safe = _safe_etag(etag)
     return text if safe is None else text + b"/" + safe
 
 
-def key_id(key: bytes | None, progress: Mapping[int, int], etag: bytes | None = None) -> bytes:
-    """The key-form event id: `["<base64url key>","<etag id>"]` as valid JSON (`null` for no key)."""
+def key_id_from(key: bytes | None, text: bytes, etag: bytes | None = None) -> bytes:
+    """The key-form event id, `["<base64url key>","<etag id>"]`, as valid JSON (`null` for no key)."""
     encoded_key = None if key is None else base64.urlsafe_b64encode(key).decode("ascii")
-    progress_part = etag_id(progress, etag).decode("utf-8", errors="replace")
+    progress_part = etag_id_from(text, etag).decode("utf-8", errors="replace")
     return json.dumps([encoded_key, progress_part], separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def etag_id(progress: Mapping[int, int], etag: bytes | None = None) -> bytes:
+    return etag_id_from(encode_progress(progress).encode("ascii"), etag)
+
+
+def key_id(key: bytes | None, progress: Mapping[int, int], etag: bytes | None = None) -> bytes:
+    return key_id_from(key, encode_progress(progress).encode("ascii"), etag)
 
 
 def parse_id(last_event_id: str | None) -> dict[int, int] | None:

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 BatchHandler = Callable[["FetchedBatch"], None]
 BATCH_BYTES = 4 * 1024 * 1024  # one batch handed to the loop holds about this much at most
+MAX_BATCHES_IN_FLIGHT = 2
 
 
 @dataclass
@@ -44,6 +45,9 @@ class Fetcher:
         self._batch_size = batch_size
         self._commands: queue.SimpleQueue[Callable[[Consumer], None]] = queue.SimpleQueue()
         self._running = threading.Event()
+        # Batches handed to the loop and not yet taken: the fetcher waits rather than queue without bound
+        # when the loop falls behind (librdkafka's own prefetch is bounded by queued.max.messages.kbytes).
+        self._in_flight = threading.BoundedSemaphore(MAX_BATCHES_IN_FLIGHT)
         self._thread = threading.Thread(target=self._run, name="kafka-fetcher", daemon=True)
         self._known: set[str] = set()  # topics in the consumer's metadata cache (fetcher thread only)
         self.assigned: set[tuple[str, int]] = set()  # read on the loop thread, changed only there
@@ -112,14 +116,26 @@ class Fetcher:
                         continue
                     command(consumer)
                     continue
+                while not self._in_flight.acquire(timeout=0.1):
+                    if not self._running.is_set():
+                        return
                 batch = self._poll(consumer)
                 if batch.records or batch.eof:
-                    self._loop.call_soon_threadsafe(self._on_batch, batch)
+                    self._loop.call_soon_threadsafe(self._deliver, batch)
+                else:
+                    self._in_flight.release()
         except Exception:
             log.exception("the fetcher thread failed")
             raise
         finally:
             consumer.close()
+
+    def _deliver(self, batch: FetchedBatch) -> None:
+        """On the loop: hand the batch over, then let the fetcher post the next one."""
+        try:
+            self._on_batch(batch)
+        finally:
+            self._in_flight.release()
 
     def _apply_commands(self, consumer: Consumer) -> None:
         while True:

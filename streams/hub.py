@@ -28,6 +28,7 @@ from streams.positions import StartPlan, plan_start, since_offsets
 log = logging.getLogger(__name__)
 
 METADATA_TTL_S = 30.0
+WATERMARKS_REUSE_S = 0.2  # streams starting together share one lookup (a reconnect storm sends one, not 10 000)
 JANITOR_INTERVAL_S = 5.0
 
 
@@ -55,6 +56,8 @@ class TopicState:
     bootstrap: bool = False
     last_fanout: float = float("-inf")
     fanout: asyncio.TimerHandle | None = None  # a coalesced fan-out already scheduled
+    marks: asyncio.Task[dict[int, Watermarks]] | None = None  # the latest watermark lookup
+    marks_at: float = float("-inf")
 
 
 @dataclass(frozen=True)
@@ -132,8 +135,11 @@ class Hub:
         """Where a new stream starts; broker round trips only when the cache cannot answer."""
         marks = self._cached_marks(state, resumed, start) if since_ms is None else None
         if marks is None:
-            marks = await self.metadata.watermarks(state.name, state.info.partitions)
-            state.low.update({p: m.low for p, m in marks.items()})
+            asked = self.loop.time()
+            marks = await self._watermarks(state, not_before=asked - WATERMARKS_REUSE_S)
+            if resumed and any(marks[p].high < offset for p, offset in resumed.items() if p in marks):
+                # Past the end of a shared answer: ask again before calling it a reset (it may be just newer).
+                marks = await self._watermarks(state, not_before=asked)
         since = None
         if since_ms is not None:
             found = await self.metadata.offsets_for_time(state.name, state.info.partitions, since_ms)
@@ -141,6 +147,22 @@ class Hub:
         plan = plan_start(marks, resumed=resumed, start=start, since=since)
         starts = {p: marks[p].low if o == OFFSET_EARLIEST else o for p, o in plan.offsets.items()}
         return Positions(plan, starts, {p: m.high for p, m in marks.items()})
+
+    async def _watermarks(self, state: TopicState, *, not_before: float) -> dict[int, Watermarks]:
+        """The broker's watermarks from a lookup started at `not_before` or later: one lookup in flight per
+        topic, shared by every stream that can take it."""
+        task = state.marks
+        if task is None or state.marks_at < not_before:
+            task = state.marks = self.loop.create_task(self.metadata.watermarks(state.name, state.info.partitions))
+            state.marks_at = self.loop.time()
+        try:
+            marks = await asyncio.shield(task)
+        except Exception:
+            if state.marks is task:
+                state.marks = None  # the next stream asks again
+            raise
+        state.low.update({p: m.low for p, m in marks.items()})
+        return marks
 
     def _cached_marks(
         self, state: TopicState, resumed: Mapping[int, int] | None, start: str
@@ -163,10 +185,15 @@ class Hub:
 
     # --- subscribers ------------------------------------------------------------------------------------
 
-    def attach(self, state: TopicState, starts: Mapping[int, int], subscriber: Subscriber) -> None:
+    def attach(self, state: TopicState, starts: Mapping[int, int], subscriber: Subscriber) -> TopicState:
+        """Register a subscriber; returns the topic's state to use from now on."""
+        # The janitor may have dropped the topic while this stream was being set up: register it again.
+        self.topics.setdefault(state.name, state)
+        state = self.topics[state.name]
         state.subscribers.add(subscriber)
         state.idle_since = None
         self._open(state, starts)
+        return state
 
     def _open(self, state: TopicState, starts: Mapping[int, int]) -> None:
         for partition, offset in starts.items():

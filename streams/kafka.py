@@ -54,6 +54,8 @@ class Record:
     timestamp_ms: int = 0
 
     def header(self, name: str) -> bytes | None:
+        if not self.headers:
+            return None
         return next((value for key, value in self.headers if key == name), None)
 
     @cached_property

@@ -84,7 +84,10 @@ class RouteTable:
                 channel = await layer.new_channel()
                 await layer.group_add(CHANGES_GROUP, channel)
                 while True:
-                    await layer.receive(channel)
+                    try:
+                        await layer.receive(channel)
+                    except TimeoutError:
+                        continue  # a quiet spell: the Redis client's read timed out, the group still holds us
                     self.stale = True
             except asyncio.CancelledError:
                 raise

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from streams import sse
-from streams.event_id import etag_id, key_id
+from streams.event_id import encode_pair, encode_parts, etag_id_from, key_id_from
 from streams.filters import CompiledFilter, matches_any
 from streams.kafka import Record
 from streams.positions import Reset
@@ -41,6 +41,9 @@ class Subscription:
     ) -> None:
         """`ends`: each partition's end as of subscribe time; `starts`: the first offset to be read."""
         self.progress = dict(progress)
+        # Each partition's encoded entry, kept so that an id re-encodes only the partition that moved.
+        self._parts = {p: encode_pair(p, o) for p, o in self.progress.items()}
+        self._text: bytes | None = None
         self.options = options
         self._ends = dict(ends)
         self._reached: set[int] = {p for p, end in self._ends.items() if starts.get(p, end) >= end}
@@ -60,13 +63,17 @@ class Subscription:
     def adopt(self, leader: Subscription, delivered: int) -> None:
         """Take the state of a settled subscription that just fed what this one would have been fed."""
         self.progress = dict(leader.progress)
+        self._parts = dict(leader._parts)
+        self._text = leader._text
         self.delivered += delivered
 
     def event_id(self, record: Record | None) -> bytes:
         etag = None if record is None else record.header("etag")
+        if self._text is None:
+            self._text = encode_parts(self._parts)
         if self.options.key_form:
-            return key_id(None if record is None else record.key, self.progress, etag)
-        return etag_id(self.progress, etag)
+            return key_id_from(None if record is None else record.key, self._text, etag)
+        return etag_id_from(self._text, etag)
 
     def preamble(self, resets: Sequence[Reset]) -> bytes:
         """What follows the retry line: the reset notice, and caught-up when there is nothing to replay."""
@@ -111,6 +118,8 @@ class Subscription:
 
     def _deliver(self, record: Record, out: list[bytes]) -> None:
         self.progress[record.partition] = record.offset + 1
+        self._parts[record.partition] = encode_pair(record.partition, record.offset + 1)
+        self._text = None
         if matches_any(self.options.filters, record):
             out.append(b"id:" + self.event_id(record) + b"\n" + record.body)
             self.delivered += 1

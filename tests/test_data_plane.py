@@ -219,3 +219,15 @@ def test_history_is_served_from_the_cache_without_a_consumer_per_client(
             assert response["historical_readers"] == 0
             with EventStream(daphne_url + path, headers={"Last-Event-ID": "AQIAAg=="}) as resumed:
                 assert resumed.next_event().text == "1"
+
+
+def test_bootstrap_topics_are_fetched_from_start_before_any_client(
+    server_factory: Callable[..., DaphneServer], new_topic: Callable[..., str], produce: Produce
+) -> None:
+    topic = new_topic(partitions=2)
+    produce(topic, b"early", partition=1)
+    server = server_factory(SSE_BOOTSTRAP_TOPICS=topic)
+    wait_until(lambda: health(server.url)["fetch_streams"] == 2)
+    assert health(server.url)["streams"] == 0
+    with EventStream(server.url + route(topic)) as stream:
+        assert stream.next_event().text == "early"
