@@ -2,19 +2,21 @@
 
 A listener on the Channels layer hears every committed change (bindings/changes.py) and marks the table stale;
 it is then rebuilt on the next request, one query however many requests wait. A path no route matches also
-triggers a rebuild before the 404 (at most every `MISS_RELOAD_S`), so a route created a moment ago is never
-refused because its announcement is still on its way; and the table is rebuilt every `MAX_AGE_S` regardless,
-in case an announcement was lost.
+triggers a rebuild before the 404, unless the table was read after the request arrived, so a route created a
+moment ago is never refused because its announcement is still on its way; and the table is rebuilt every
+`MAX_AGE_S` regardless, in case an announcement was lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import close_old_connections
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bindings.changes import CHANGES_GROUP
 from bindings.selectors import RouteSpec, route_specs
@@ -23,7 +25,6 @@ from streams.routing import CompiledRoute, Match, compile_routes, match_path
 log = logging.getLogger(__name__)
 
 MAX_AGE_S = 30.0
-MISS_RELOAD_S = 0.2
 LISTEN_RETRY_S = 5.0
 
 
@@ -39,34 +40,41 @@ class RouteTable:
         self.stale = True
         self.reloads = 0
         self._loading: asyncio.Task[None] | None = None
+        self._loading_since = float("-inf")
         self._listener: asyncio.Task[None] | None = None
 
     async def match(self, path: str) -> Match | None:
-        now = asyncio.get_running_loop().time()
-        if self.stale or now - self.loaded_at > MAX_AGE_S:
-            await self.reload()
+        asked = asyncio.get_running_loop().time()
+        if self.stale or asked - self.loaded_at > MAX_AGE_S:
+            await self.reload(not_before=asked)
         found = match_path(self.routes, path)
-        if found is None and asyncio.get_running_loop().time() - self.loaded_at > MISS_RELOAD_S:
-            await self.reload()
+        if found is None and self.loaded_at < asked:
+            # Maybe a route committed a moment ago, its announcement still on its way: a table read after this
+            # request arrived has every route committed before it.
+            await self.reload(not_before=asked)
             found = match_path(self.routes, path)
         return found
 
-    async def reload(self) -> None:
-        """Rebuild from the database; concurrent callers share one query."""
+    async def reload(self, *, not_before: float) -> None:
+        """Rebuild from the database, with a query started at `not_before` or later; concurrent callers share
+        one."""
+        loop = asyncio.get_running_loop()
         if self._listener is None:
-            self._listener = asyncio.get_running_loop().create_task(self._listen(), name="route-table-listener")
-        if self._loading is None:
-            self._loading = asyncio.get_running_loop().create_task(self._reload())
-        task = self._loading
-        try:
-            await asyncio.shield(task)
-        finally:
-            if self._loading is task and task.done():
-                self._loading = None
+            self._listener = loop.create_task(self._listen(), name="route-table-listener")
+        while True:
+            task = self._loading
+            if task is not None and self._loading_since >= not_before:
+                await asyncio.shield(task)  # in flight or done, and recent enough
+                return
+            if task is not None and not task.done():
+                with contextlib.suppress(Exception):  # its failure is its callers' to see
+                    await asyncio.shield(task)  # an older query: let it finish, then read again
+                continue
+            self._loading_since = loop.time()
+            self._loading = loop.create_task(self._reload(self._loading_since))
 
-    async def _reload(self) -> None:
+    async def _reload(self, started: float) -> None:
         self.stale = False  # a change announced while loading marks it stale again
-        started = asyncio.get_running_loop().time()
         try:
             self.routes = compile_routes(await sync_to_async(_load, thread_sensitive=False)())
         except BaseException:
@@ -86,7 +94,7 @@ class RouteTable:
                 while True:
                     try:
                         await layer.receive(channel)
-                    except TimeoutError:
+                    except (TimeoutError, RedisTimeoutError):
                         continue  # a quiet spell: the Redis client's read timed out, the group still holds us
                     self.stale = True
             except asyncio.CancelledError:
