@@ -18,7 +18,7 @@ from streams.kafka import Record
 class PartitionLog:
     """An append-only window of one partition's records, by offset."""
 
-    __slots__ = ("_cum", "_head", "_offsets", "appended", "next_offset", "records", "start")
+    __slots__ = ("_cum", "_offsets", "appended", "next_offset", "records", "start")
 
     def __init__(self, start: int) -> None:
         self.start = start  # the first offset the window covers
@@ -26,15 +26,14 @@ class PartitionLog:
         self.records: list[Record] = []
         self._offsets: list[int] = []
         self._cum: list[int] = []  # bytes appended before each record
-        self._head = 0  # index of the first record still held
         self.appended = 0  # bytes ever appended
 
     def __len__(self) -> int:
-        return len(self.records) - self._head
+        return len(self.records)
 
     @property
     def bytes(self) -> int:
-        return self.appended - (self._cum[self._head] if self._head < len(self._cum) else self.appended)
+        return self.appended - self._cum[0] if self._cum else 0
 
     def append(self, records: Iterable[Record]) -> int:
         """Add records in offset order; returns the bytes added (records already held are skipped)."""
@@ -52,27 +51,24 @@ class PartitionLog:
 
     def read(self, offset: int, limit: int = 1000) -> list[Record]:
         """Held records from `offset` on (at most `limit`); the caller checks `offset >= start` first."""
-        index = bisect_left(self._offsets, offset, lo=self._head)
+        index = bisect_left(self._offsets, offset)
         return self.records[index : index + limit]
 
     def lag_bytes(self, offset: int) -> int:
         """Bytes of held records at or after `offset`: how far behind a reader at `offset` is."""
-        index = bisect_left(self._offsets, offset, lo=self._head)
-        return self.appended - (self._cum[index] if index < len(self._cum) else self.appended)
+        index = bisect_left(self._offsets, offset)
+        return self.appended - self._cum[index] if index < len(self._cum) else 0
 
     def evict(self, target: int) -> int:
         """Drop the oldest records until about `target` bytes are freed; returns the bytes freed."""
-        freed = 0
-        while self._head < len(self.records) and freed < target:
-            record = self.records[self._head]
-            freed += record.size
-            self.start = record.offset + 1
-            self._head += 1
-        # Drop the evicted records' references now (a pointer shift per eviction round, not per record).
-        del self.records[: self._head], self._offsets[: self._head], self._cum[: self._head]
-        self._head = 0
-        if not self.records:
-            self.start = self.next_offset
+        count = freed = 0
+        while count < len(self.records) and freed < target:
+            freed += self.records[count].size
+            count += 1
+        if count:
+            self.start = self.records[count - 1].offset + 1 if count < len(self.records) else self.next_offset
+            # One shift of the lists per eviction round, which also lets go of the records at once.
+            del self.records[:count], self._offsets[:count], self._cum[:count]
         return freed
 
 
