@@ -437,9 +437,13 @@ class Pump:
                 self.idle = False
 
     def pending(self) -> bool:
+        """Records are ready in the window, or a partition fell behind it (eviction overtook a slow reader, whose
+        task must then read that part from Kafka)."""
         for partition, cursor in self.cursors.items():
             window = self.hub.cache.log(self.state.name, partition)
-            if window is not None and window.start <= cursor < window.next_offset and window.read(cursor, 1):
+            if window is None:
+                continue
+            if cursor < window.start or (cursor < window.next_offset and window.read(cursor, 1)):
                 return True
         return False
 
