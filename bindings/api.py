@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import Prefetch, ProtectedError, QuerySet
+from django.db.models import ProtectedError, QuerySet
 from django.http import Http404
 from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
@@ -23,7 +23,7 @@ from bindings.models import (
     START_HISTORICAL,
     Endpoint,
     Route,
-    RouteCondition,
+    routes_in_order,
 )
 from bindings.services import do_delete_route, do_put_route
 
@@ -125,13 +125,7 @@ class RouteViewSet(viewsets.ModelViewSet[Route]):
     lookup_field = "name"
 
     def get_queryset(self) -> QuerySet[Route]:
-        return (
-            Route.objects.select_related("endpoint")
-            .prefetch_related(
-                Prefetch("conditions", queryset=RouteCondition.objects.order_by("position", "id")), "filters"
-            )
-            .order_by("position", "id")
-        )
+        return routes_in_order()
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         name = request.data.get("name") if isinstance(request.data, dict) else None

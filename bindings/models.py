@@ -327,3 +327,15 @@ def check_route_params(
         if index >= 0:
             filter_errors.setdefault(index, {})[field] = messages
     return template_errors.get((-1, "topic"), []), condition_errors, filter_errors
+
+
+def routes_in_order() -> models.QuerySet[Route]:
+    """Every route in the order they are tried, with its endpoint, paths and filters: three queries."""
+    return (
+        Route.objects.select_related("endpoint")
+        .prefetch_related(
+            models.Prefetch("conditions", queryset=RouteCondition.objects.order_by("position", "id")),
+            models.Prefetch("filters", queryset=RouteFilter.objects.order_by("position", "id")),
+        )
+        .order_by("position", "id")
+    )

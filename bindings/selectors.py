@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.db.models import Prefetch
-
 # The two `with.event.id` values Zilla accepts (they select an encoding, they are not templates) and the two
 # start positions: the models define them as their choices, the data plane reads them here.
 from bindings.models import (
@@ -19,9 +17,8 @@ from bindings.models import (
     START_HISTORICAL,
     START_LIVE,
     Endpoint,
-    Route,
-    RouteCondition,
     RouteFilter,
+    routes_in_order,
 )
 
 __all__ = [
@@ -101,14 +98,6 @@ def filter_spec(route_filter: RouteFilter) -> FilterSpec:
 
 def route_specs() -> tuple[RouteSpec, ...]:
     """Every route, in the order they are tried (three queries, whatever the number of routes)."""
-    routes = (
-        Route.objects.select_related("endpoint")
-        .prefetch_related(
-            Prefetch("conditions", queryset=RouteCondition.objects.order_by("position", "id")),
-            Prefetch("filters", queryset=RouteFilter.objects.order_by("position", "id")),
-        )
-        .order_by("position", "id")
-    )
     return tuple(
         RouteSpec(
             name=route.name,
@@ -121,5 +110,5 @@ def route_specs() -> tuple[RouteSpec, ...]:
             slow_client=route.slow_client,
             endpoint=endpoint_spec(route.endpoint),
         )
-        for route in routes
+        for route in routes_in_order()
     )

@@ -20,7 +20,6 @@ from typing import Any
 import yaml
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Prefetch
 
 from bindings.models import (
     DEFAULT_ENDPOINT,
@@ -30,8 +29,7 @@ from bindings.models import (
     START_HISTORICAL,
     Endpoint,
     Route,
-    RouteCondition,
-    RouteFilter,
+    routes_in_order,
 )
 from bindings.services import do_put_endpoint, do_put_route
 
@@ -172,15 +170,7 @@ def export_zilla(name: str = "sse-platform") -> tuple[str, list[str]]:
     """The routes as a zilla.yaml (sse and sse-kafka bindings), and what Zilla's schema could not carry."""
     left_out: list[str] = []
     bindings: dict[str, Any] = {}
-    routes = (
-        Route.objects.select_related("endpoint")
-        .prefetch_related(
-            Prefetch("conditions", queryset=RouteCondition.objects.order_by("position", "id")),
-            Prefetch("filters", queryset=RouteFilter.objects.order_by("position", "id")),
-        )
-        .order_by("position", "id")
-    )
-    for route in routes:
+    for route in routes_in_order():
         endpoint = route.endpoint
         server, proxy = f"{endpoint.name}_sse_server".replace("-", "_"), f"{endpoint.name}_sse_kafka".replace("-", "_")
         if server not in bindings:
