@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 Config = dict[str, str | int | float | bool]
 
@@ -17,7 +17,6 @@ class KafkaSettings:
     metadata_timeout_s: float = 5.0
     # librdkafka prefetches up to this much per consumer (its default, 64 MiB, would dwarf a small cache).
     fetch_queue_kbytes: int = 8192
-    extra: dict[str, str] = field(default_factory=dict)
 
     def consumer_config(self) -> Config:
         """librdkafka settings for a group-less reader (``assign()`` with explicit offsets)."""
@@ -32,7 +31,6 @@ class KafkaSettings:
             "queued.max.messages.kbytes": self.fetch_queue_kbytes,
             "fetch.max.bytes": min(52428800, self.fetch_queue_kbytes * 1024),
             "socket.connection.setup.timeout.ms": int(self.metadata_timeout_s * 1000),
-            **self.extra,
         }
 
     def producer_config(self) -> Config:
@@ -40,8 +38,7 @@ class KafkaSettings:
             "bootstrap.servers": self.bootstrap_servers,
             "client.id": self.client_id,
             "linger.ms": 2,
-            **self.extra,
         }
 
     def admin_config(self) -> Config:
-        return {"bootstrap.servers": self.bootstrap_servers, "client.id": self.client_id, **self.extra}
+        return {"bootstrap.servers": self.bootstrap_servers, "client.id": self.client_id}

@@ -17,7 +17,6 @@ from streams.filters import CompiledFilter, matches_any
 from streams.kafka import Record
 from streams.positions import Reset
 
-DELETE = b"delete"
 RESET = b"reset"
 CAUGHT_UP = b"caught-up"
 

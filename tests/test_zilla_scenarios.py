@@ -127,12 +127,16 @@ def test_handshake_rejected(daphne_url: str) -> None:
     assert response.json()["detail"] == "No route matches /unexpected."
 
 
-def test_server_sent_messages(daphne_url: str, new_topic: Callable[..., str], produce: Produce) -> None:
-    topic = new_topic(partitions=2)
+def resumed_at_one_each(daphne_url: str, topic: str, produce: Produce, **options: object) -> EventStream:
+    """Zilla's server.sent.* setup: one record in each of 2 partitions, a stream resumed just after both."""
     produce(topic, b"before", partition=0)
     produce(topic, b"before", partition=1)
-    path = route(topic)
-    with stream(daphne_url + path, **{"Last-Event-ID": encode_progress({0: 1, 1: 1})}) as s:
+    return stream(daphne_url + route(topic, None, **options), **{"Last-Event-ID": encode_progress({0: 1, 1: 1})})
+
+
+def test_server_sent_messages(daphne_url: str, new_topic: Callable[..., str], produce: Produce) -> None:
+    topic = new_topic(partitions=2)
+    with resumed_at_one_each(daphne_url, topic, produce) as s:
         produce(topic, b"Hello, world", partition=0)
         produce(topic, b"Hello, again", partition=0)
         first, second = s.events(2)
@@ -143,10 +147,7 @@ def test_server_sent_messages(daphne_url: str, new_topic: Callable[..., str], pr
 
 def test_server_sent_messages_with_etag(daphne_url: str, new_topic: Callable[..., str], produce: Produce) -> None:
     topic = new_topic(partitions=2)
-    produce(topic, b"before", partition=0)
-    produce(topic, b"before", partition=1)
-    path = route(topic)
-    with stream(daphne_url + path, **{"Last-Event-ID": encode_progress({0: 1, 1: 1})}) as s:
+    with resumed_at_one_each(daphne_url, topic, produce) as s:
         produce(topic, b"one", partition=0, headers=[("etag", b"revision=42")])
         produce(topic, b"two", partition=0, headers=[("etag", b"revision=43")])
         assert [e.id for e in s.events(2)] == ["AQQABAIC/revision=42", "AQQABgIC/revision=43"]
@@ -164,10 +165,7 @@ def test_server_sent_messages_with_key_form_ids(
     daphne_url: str, new_topic: Callable[..., str], produce: Produce, key: bytes | None, ids: list[list[str]]
 ) -> None:
     topic = new_topic(partitions=2)
-    produce(topic, b"before", partition=0)
-    produce(topic, b"before", partition=1)
-    path = route(topic, event_id=EVENT_ID_KEY_AND_ETAG)
-    with stream(daphne_url + path, **{"Last-Event-ID": encode_progress({0: 1, 1: 1})}) as s:
+    with resumed_at_one_each(daphne_url, topic, produce, event_id=EVENT_ID_KEY_AND_ETAG) as s:
         produce(topic, b"one", partition=0, key=key, headers=[("etag", b"revision=42")])
         produce(topic, b"two", partition=0, key=key, headers=[("etag", b"revision=43")])
         assert [json.loads(e.id or "") for e in s.events(2)] == ids  # valid JSON (differs: Zilla does not escape)
@@ -175,10 +173,7 @@ def test_server_sent_messages_with_key_form_ids(
 
 def test_server_sent_null(daphne_url: str, new_topic: Callable[..., str], produce: Produce) -> None:
     topic = new_topic(partitions=2)
-    produce(topic, b"before", partition=0)
-    produce(topic, b"before", partition=1)
-    path = route(topic)
-    with stream(daphne_url + path, **{"Last-Event-ID": encode_progress({0: 1, 1: 1})}) as s:
+    with resumed_at_one_each(daphne_url, topic, produce) as s:
         produce(topic, None, partition=0, key=b"key")
         produce(topic, None, partition=0)
         deleted, null_key = s.events(2)
