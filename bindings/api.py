@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import ProtectedError, QuerySet
+from django.db.models import QuerySet
 from django.http import Http404
 from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
@@ -22,40 +22,28 @@ from bindings.models import (
     SLOW_CLIENT_CLOSE,
     START_HISTORICAL,
     Endpoint,
+    Guard,
     Route,
     routes_in_order,
 )
-from bindings.services import do_delete_route, do_put_route
+from bindings.representations import endpoint_representation, guard_representation, route_representation
+from bindings.services import (
+    Actor,
+    do_delete_endpoint,
+    do_delete_guard,
+    do_delete_route,
+    do_put_endpoint,
+    do_put_guard,
+    do_put_route,
+)
+
+
+def api_actor(request: Request | None) -> Actor:
+    return Actor.of(getattr(request, "user", None), "api")
 
 
 def _as_api_error(exc: DjangoValidationError) -> serializers.ValidationError:
     return serializers.ValidationError(exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages})
-
-
-def route_representation(route: Route) -> dict[str, Any]:
-    return {
-        "name": route.name,
-        "position": route.position,
-        "endpoint": route.endpoint.name,
-        "topic": route.topic,
-        "paths": [condition.path for condition in route.conditions.all()],
-        "filters": [
-            {
-                "key": route_filter.key,
-                "headers": dict(route_filter.header_items()),
-                "value": (
-                    {"path": route_filter.value_path, "equals": route_filter.value_equals}
-                    if route_filter.value_path
-                    else None
-                ),
-            }
-            for route_filter in route.filters.all()
-        ],
-        "event_id": route.event_id,
-        "start": route.start,
-        "caught_up": route.caught_up,
-        "slow_client": route.slow_client,
-    }
 
 
 class RouteSerializer(serializers.Serializer[Route]):
@@ -72,6 +60,11 @@ class RouteSerializer(serializers.Serializer[Route]):
     start = serializers.ChoiceField(choices=Route.Start.choices, required=False)
     caught_up = serializers.BooleanField(required=False)
     slow_client = serializers.ChoiceField(choices=Route.SlowClient.choices, required=False)
+    guarded = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text="Guard name -> the roles a token must all have; every guard must authorise.",
+    )
 
     def to_representation(self, instance: Route) -> dict[str, Any]:
         return route_representation(instance)
@@ -93,7 +86,7 @@ class RouteSerializer(serializers.Serializer[Route]):
 
     def _put(self, values: dict[str, Any]) -> Route:
         try:
-            return do_put_route(**values)
+            return do_put_route(**values, actor=api_actor(self.context.get("request")))
         except DjangoValidationError as exc:
             raise _as_api_error(exc) from None
 
@@ -107,6 +100,7 @@ class RouteSerializer(serializers.Serializer[Route]):
             "start": START_HISTORICAL,
             "caught_up": False,
             "slow_client": SLOW_CLIENT_CLOSE,
+            "guarded": {},
             **validated_data,
         }
         return self._put(values)
@@ -151,33 +145,136 @@ class RouteViewSet(viewsets.ModelViewSet[Route]):
         return Response(serializer.data, status=status.HTTP_201_CREATED if instance is None else status.HTTP_200_OK)
 
     def perform_destroy(self, instance: Route) -> None:
-        do_delete_route(instance.name)
+        do_delete_route(instance.name, actor=api_actor(self.request))
 
 
-class EndpointSerializer(serializers.ModelSerializer[Endpoint]):
-    class Meta:
-        model = Endpoint
-        fields = ("name", "retry_ms", "keepalive_s", "cors_origins", "cors_credentials")
+class _NamedSerializer(serializers.Serializer[Any]):
+    """Endpoints and guards: `PUT` by name creates or replaces through `bindings.services`, which validates."""
+
+    kind = ""
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        current = {} if self.instance is None else {f: getattr(self.instance, f) for f in self.Meta.fields}
-        endpoint = Endpoint(**{**current, **attrs})
-        try:
-            endpoint.clean()
-        except DjangoValidationError as exc:
-            raise _as_api_error(exc) from None
+        name = self.context.get("name")
+        if name is not None and attrs.get("name", name) != name:
+            raise serializers.ValidationError({"name": [f"A {self.kind} keeps its name: create another instead."]})
+        if name is None and "name" not in attrs:
+            raise serializers.ValidationError({"name": [f"A {self.kind} needs a name."]})
         return attrs
 
+    def put(self, values: dict[str, Any]) -> Any:
+        raise NotImplementedError
 
-class EndpointViewSet(viewsets.ModelViewSet[Endpoint]):
-    queryset = Endpoint.objects.all()
-    serializer_class = EndpointSerializer
+    def create(self, validated_data: dict[str, Any]) -> Any:
+        values = {"name": self.context.get("name"), **validated_data}
+        try:
+            return self.put(values)
+        except DjangoValidationError as exc:
+            raise _as_api_error(exc) from None
+
+    def update(self, instance: Any, validated_data: dict[str, Any]) -> Any:
+        values = self.to_representation(instance) if self.partial else {"name": instance.name}
+        return self.create({**values, **validated_data})
+
+
+class EndpointSerializer(_NamedSerializer):
+    kind = "endpoint"
+    name = serializers.SlugField(max_length=100, required=False)
+    retry_ms = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+    keepalive_s = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+    cors_origins = serializers.ListField(child=serializers.CharField(max_length=255), required=False)
+    cors_credentials = serializers.BooleanField(required=False)
+
+    def to_representation(self, instance: Endpoint) -> dict[str, Any]:
+        return endpoint_representation(instance)
+
+    def put(self, values: dict[str, Any]) -> Endpoint:
+        return do_put_endpoint(**values, actor=api_actor(self.context.get("request")))
+
+
+class GuardSerializer(_NamedSerializer):
+    kind = "guard"
+    name = serializers.SlugField(max_length=100, required=False)
+    issuer = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    audience = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    keys = serializers.ListField(
+        child=serializers.DictField(), required=False, help_text="Public keys: a JWKS list of JWK objects."
+    )
+    jwks_url = serializers.URLField(max_length=500, required=False, allow_blank=True)
+    roles_claim = serializers.CharField(max_length=255, required=False)
+    identity_claim = serializers.CharField(max_length=255, required=False)
+    attributes = serializers.DictField(child=serializers.CharField(), required=False)
+    challenge_s = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+    cookie = serializers.CharField(max_length=255, required=False, allow_blank=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        if not self.partial:
+            missing = {field: [f"A guard needs its {field}."] for field in ("issuer", "audience") if field not in attrs}
+            if missing:
+                raise serializers.ValidationError(missing)
+        return attrs
+
+    def to_representation(self, instance: Guard) -> dict[str, Any]:
+        return guard_representation(instance)
+
+    def put(self, values: dict[str, Any]) -> Guard:
+        return do_put_guard(**values, actor=api_actor(self.context.get("request")))
+
+
+class _NamedViewSet(viewsets.ModelViewSet[Any]):
+    """Create with POST (a taken name is refused) or PUT by name (create or replace); delete refuses while routes
+    use the object (409)."""
+
     lookup_field = "name"
+    kind = ""
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        name = request.data.get("name") if isinstance(request.data, dict) else None
+        if isinstance(name, str) and self.get_queryset().filter(name=name).exists():
+            return Response(
+                {"name": [f"A {self.kind} named {name!r} exists: PUT {request.path}{name}/ replaces it."]},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        return super().create(request, *args, **kwargs)
+
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        partial = kwargs.pop("partial", False)
+        name = kwargs[self.lookup_field]
+        instance = self.get_queryset().filter(name=name).first()
+        if instance is None and partial:
+            raise Http404
+        serializer = self.get_serializer_class()(
+            instance, data=request.data, partial=partial, context={**self.get_serializer_context(), "name": name}
+        )
+        serializer.is_valid(raise_exception=True)
+        serializer.save()
+        return Response(serializer.data, status=status.HTTP_201_CREATED if instance is None else status.HTTP_200_OK)
+
+    def delete_named(self, name: str) -> None:
+        raise NotImplementedError
 
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        instance = self.get_object()
         try:
-            return super().destroy(request, *args, **kwargs)
-        except ProtectedError:
-            return Response(
-                {"detail": "Routes use this endpoint: move or delete them first."}, status=status.HTTP_409_CONFLICT
-            )
+            self.delete_named(instance.name)
+        except DjangoValidationError as exc:
+            return Response({"detail": " ".join(exc.messages)}, status=status.HTTP_409_CONFLICT)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class EndpointViewSet(_NamedViewSet):
+    queryset = Endpoint.objects.all()
+    serializer_class = EndpointSerializer
+    kind = "endpoint"
+
+    def delete_named(self, name: str) -> None:
+        do_delete_endpoint(name, actor=api_actor(self.request))
+
+
+class GuardViewSet(_NamedViewSet):
+    queryset = Guard.objects.all()
+    serializer_class = GuardSerializer
+    kind = "guard"
+
+    def delete_named(self, name: str) -> None:
+        do_delete_guard(name, actor=api_actor(self.request))

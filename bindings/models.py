@@ -7,21 +7,26 @@ pattern) run in `check_route_params`, which the admin and `bindings.services` sh
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import models
+from jwt import PyJWK
+from jwt.exceptions import InvalidKeyError, PyJWKError
 
 from bindings.patterns import (
+    ATTRIBUTE_NAME,
+    VALUE_PATH,
     PathPattern,
     PatternError,
     check_expressions,
     check_params,
     check_topic_name,
     check_value_path,
+    guard_refs,
     parse_path,
 )
 
@@ -34,6 +39,8 @@ SLOW_CLIENT_CLOSE = "close"
 SLOW_CLIENT_CONFLATE = "conflate"
 
 DEFAULT_ENDPOINT = "default"
+# Only public-key algorithms: a guard holds keys that verify, never secrets that could also sign.
+ASYMMETRIC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 
 
 def _origin_error(origin: str) -> str | None:
@@ -102,6 +109,109 @@ class Endpoint(models.Model):
             ]
         if errors:
             raise ValidationError(errors)
+
+
+class Guard(models.Model):
+    """A JWT guard (Zilla's `jwt` guard): which tokens it accepts and what it reads from them (SPEC.md §1)."""
+
+    name = models.SlugField(max_length=100, unique=True, help_text="Unique name; routes and templates use it.")
+    issuer = models.CharField(max_length=255, help_text="The `iss` claim a token must carry, exactly.")
+    audience = models.CharField(max_length=255, help_text="A value the token's `aud` claim must contain.")
+    keys = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Public keys, a JWKS list: [{"kty": "RSA", "kid": "...", "alg": "RS256", "n": "...", "e": "..."}].',
+    )
+    jwks_url = models.URLField(
+        max_length=500, blank=True, help_text="Or a JWKS URL the keys are read from (instead of listing them)."
+    )
+    roles_claim = models.CharField(
+        max_length=255,
+        default="scope",
+        help_text="Dotted path of the roles claim; a list is used as is, a string is split on whitespace.",
+    )
+    identity_claim = models.CharField(max_length=255, default="sub", help_text="The claim that names the caller.")
+    attributes = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Attribute name -> dotted claim path, e.g. {"tenant": "org.id"}; templates read '
+        "${guarded['<guard>'].attributes.tenant}.",
+    )
+    challenge_s = models.PositiveIntegerField(
+        default=0, help_text="Seconds before the token expires to send a `challenge` event; 0: no challenge."
+    )
+    cookie = models.CharField(
+        max_length=255, blank=True, help_text="A cookie that may carry the token (after the header and the query)."
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
+
+        def add(field: str, message: str) -> None:
+            errors.setdefault(field, []).append(message)
+
+        keys = self.keys
+        if keys is None:
+            keys = self.keys = []
+        if not isinstance(keys, list):
+            add("keys", "Keys are a JWKS list: a list of JWK objects.")
+        else:
+            for index, message in key_errors(keys):
+                add("keys", f"Key {index + 1}: {message}" if index >= 0 else message)
+        if keys and self.jwks_url:
+            add("jwks_url", "Give the keys or a JWKS URL, not both.")
+        if not keys and not self.jwks_url:
+            add("keys", "A guard needs its public keys, or a JWKS URL to read them from.")
+        for field in ("roles_claim", "identity_claim"):
+            value = getattr(self, field)
+            if value:
+                try:
+                    check_value_path(value)
+                except PatternError:
+                    add(field, "A claim path is claim names separated by '.', e.g. scope or realm_access.roles.")
+        if self.attributes is None:
+            self.attributes = {}
+        if not isinstance(self.attributes, dict):
+            add("attributes", 'Attributes are an object of name -> claim path, e.g. {"tenant": "org.id"}.')
+        else:
+            for name, claim in self.attributes.items():
+                if not ATTRIBUTE_NAME.fullmatch(name):
+                    add("attributes", f"Attribute {name!r}: a name has letters, digits, '_' and '-'.")
+                if not isinstance(claim, str) or not VALUE_PATH.fullmatch(claim):
+                    add("attributes", f"Attribute {name!r}: the claim path is a string like org.id.")
+        if errors:
+            raise ValidationError(errors)
+
+
+def key_errors(keys: list[Any]) -> Iterator[tuple[int, str]]:
+    """Why each JWK of `keys` cannot verify tokens, as (index, message); nothing if all can."""
+    seen: set[str] = set()
+    for index, jwk in enumerate(keys):
+        if not isinstance(jwk, dict):
+            yield index, "a JWK is an object."
+            continue
+        kid, alg = jwk.get("kid"), jwk.get("alg")
+        if not isinstance(kid, str) or not kid:
+            yield index, "a key needs a `kid`: tokens name the key that signed them."
+        elif kid in seen:
+            yield index, f"`kid` {kid!r} is used twice."
+        else:
+            seen.add(kid)
+        if not isinstance(alg, str) or alg not in ASYMMETRIC_ALGORITHMS:
+            yield index, f"`alg` must be one of {', '.join(ASYMMETRIC_ALGORITHMS)} (a public-key algorithm)."
+            continue
+        try:
+            PyJWK(jwk, algorithm=alg)
+        except (PyJWKError, InvalidKeyError, ValueError, TypeError) as exc:
+            yield index, f"not a usable {alg} public key ({exc})."
 
 
 def default_endpoint() -> int:
@@ -284,6 +394,60 @@ class RouteFilter(models.Model):
             raise ValidationError(errors)
 
 
+class RouteGuard(models.Model):
+    """A `guarded` entry: the guard must authorise the request, with every one of `roles`."""
+
+    route = models.ForeignKey(Route, on_delete=models.CASCADE, related_name="guards")
+    guard = models.ForeignKey(Guard, on_delete=models.PROTECT, related_name="route_guards")
+    roles = ArrayField(
+        models.CharField(max_length=255), default=list, blank=True, help_text="Roles the token must all have."
+    )
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["id"]
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            models.UniqueConstraint(fields=["route", "guard"], name="route_guard_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.guard.name}: {' '.join(self.roles) or '(any role)'}"
+
+    def clean(self) -> None:
+        roles = list(self.roles or [])
+        if any(not role or role != role.strip() or any(c.isspace() for c in role) for role in roles):
+            raise ValidationError({"roles": "A role is a word without spaces, e.g. read:items."})
+
+
+class Change(models.Model):
+    """Who changed what: one row per configuration write, with the object before and after."""
+
+    class Action(models.TextChoices):
+        CREATE = "create"
+        UPDATE = "update"
+        DELETE = "delete"
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.CharField(max_length=150, help_text="The user, or the command or process, that wrote.")
+    source = models.CharField(max_length=32, help_text="admin, api, import, command or shell.")
+    action = models.CharField(max_length=16, choices=Action.choices)
+    kind = models.CharField(max_length=32, help_text="endpoint, route or guard.")
+    name = models.CharField(max_length=100)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["-at", "-id"]
+        indexes: ClassVar[list[models.Index]] = [models.Index(fields=["kind", "name"])]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action}d {self.kind} {self.name}"
+
+    def changed_fields(self) -> list[str]:
+        """The top-level fields whose value differs between before and after."""
+        before, after = self.before or {}, self.after or {}
+        return sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -302,8 +466,10 @@ def check_route_params(
     topic: str | None,
     conditions: Sequence[RouteCondition | None],
     filters: Sequence[RouteFilter | None],
+    guards: Iterable[str] | None = None,
 ) -> tuple[list[str], dict[int, list[str]], dict[int, dict[str, list[str]]]]:
-    """Check the `${params.x}` of the topic and filters against every condition's pattern.
+    """Check the `${params.x}` of the topic and filters against every condition's pattern, and their
+    `${guarded['g']...}` against the route's `guards` (None: not checked).
 
     Entries that are None, or that failed their own validation, are left out (they carry their own errors).
     Returns (topic errors, errors by condition index -> messages, errors by filter index -> field -> messages).
@@ -322,6 +488,13 @@ def check_route_params(
         if route_filter is not None:
             uses.extend(((index, field), what, template) for field, what, template in route_filter.templates())
     template_errors, condition_errors = check_params(patterns, uses)
+    if guards is not None:
+        names = set(guards)
+        for where, _, template in uses:
+            for guard in sorted(guard_refs(template) - names):
+                template_errors.setdefault(where, []).append(
+                    f"${{guarded[{guard!r}]...}}: the route is not guarded by {guard!r}."
+                )
     filter_errors: dict[int, dict[str, list[str]]] = {}
     for (index, field), messages in template_errors.items():
         if index >= 0:
@@ -330,12 +503,13 @@ def check_route_params(
 
 
 def routes_in_order() -> models.QuerySet[Route]:
-    """Every route in the order they are tried, with its endpoint, paths and filters: three queries."""
+    """Every route in the order they are tried, with its endpoint, paths, filters and guards: four queries."""
     return (
         Route.objects.select_related("endpoint")
         .prefetch_related(
             models.Prefetch("conditions", queryset=RouteCondition.objects.order_by("position", "id")),
             models.Prefetch("filters", queryset=RouteFilter.objects.order_by("position", "id")),
+            models.Prefetch("guards", queryset=RouteGuard.objects.select_related("guard").order_by("id")),
         )
         .order_by("position", "id")
     )

@@ -1,4 +1,7 @@
-"""Path patterns (`/items/{id}`) and `${params.x}` templates: parsing and validation.
+"""Path patterns (`/items/{id}`) and templates: parsing and validation.
+
+A template may use `${params.<name>}` (a path parameter), `${guarded['<guard>'].identity}` and
+`${guarded['<guard>'].attributes.<name>}` (from the token a route's guard verified).
 
 Shared by validation on save (here) and by the data plane, which compiles the parsed form.
 """
@@ -14,6 +17,9 @@ PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _TEMPLATE_REF = re.compile(r"\$\{params\.([^}]*)\}")
 _EXPRESSION = re.compile(r"\$\{([^}]*)\}")
+_GUARDED = re.compile(r"guarded\['([^']*)'\]\.(identity|attributes\.(.*))")
+ATTRIBUTE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+GUARD_NAME = re.compile(r"[-a-zA-Z0-9_]+")
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 VALUE_PATH = re.compile(r"[^.]+(?:\.[^.]+)*")
 
@@ -65,18 +71,46 @@ def template_params(template: str) -> set[str]:
     return set(_TEMPLATE_REF.findall(template))
 
 
-def render(template: str, params: dict[str, str]) -> str:
-    """Replace every `${params.x}`; names are checked on save, so a missing one renders empty."""
-    return _TEMPLATE_REF.sub(lambda m: params.get(m.group(1), ""), template)
+def guard_refs(template: str) -> set[str]:
+    """The guard names a template refers to with `${guarded['<guard>']...}`."""
+    return {m.group(1) for e in _EXPRESSION.findall(template) if (m := _GUARDED.fullmatch(e)) is not None}
 
 
-def check_expressions(template: str) -> None:
-    """Every `${...}` in a template is `${params.<name>}`; guard references wait for guards."""
+def render(template: str, params: Mapping[str, str], guarded: Mapping[str, Mapping[str, str]] | None = None) -> str:
+    """Fill in every `${...}`: params by name; `guarded` maps a guard to its session's values (`identity`,
+    `attributes.<name>`). Names are checked on save, so a missing one renders empty."""
+
+    def value(match: re.Match[str]) -> str:
+        expression = match.group(1)
+        if expression.startswith("params."):
+            return params.get(expression.removeprefix("params."), "")
+        found = _GUARDED.fullmatch(expression)
+        if found is None or guarded is None:
+            return ""
+        return guarded.get(found.group(1), {}).get(found.group(2), "")
+
+    return _EXPRESSION.sub(value, template)
+
+
+def check_expressions(template: str, guards: Iterable[str] | None = None) -> None:
+    """Every `${...}` in a template is `${params.<name>}` or a reference to a guard of the route; `guards` are
+    the route's guard names (None: not known here, checked with the route)."""
     for expression in _EXPRESSION.findall(template):
         if expression.startswith("guarded["):
-            raise PatternError(f"${{{expression}}}: guards are not supported yet.")
+            found = _GUARDED.fullmatch(expression)
+            if found is None or (found.group(3) is not None and not ATTRIBUTE_NAME.fullmatch(found.group(3))):
+                raise PatternError(
+                    f"${{{expression}}}: write ${{guarded['<guard>'].identity}} or "
+                    f"${{guarded['<guard>'].attributes.<name>}}."
+                )
+            if guards is not None and found.group(1) not in set(guards):
+                raise PatternError(f"${{{expression}}}: the route is not guarded by {found.group(1)!r}.")
+            continue
         if not expression.startswith("params."):
-            raise PatternError(f"${{{expression}}} is not a template expression: write ${{params.<name>}}.")
+            raise PatternError(
+                f"${{{expression}}} is not a template expression: write ${{params.<name>}} or "
+                "${guarded['<guard>'].identity}."
+            )
         if not PARAM_NAME.fullmatch(expression.removeprefix("params.")):
             raise PatternError(
                 f"${{{expression}}}: a param name has letters, digits and '_', not starting with a digit."
@@ -86,10 +120,9 @@ def check_expressions(template: str) -> None:
 def check_topic_name(template: str) -> None:
     """The topic is a legal Kafka topic name once its placeholders are filled in."""
     check_expressions(template)
-    if not TOPIC_NAME.fullmatch(_TEMPLATE_REF.sub("x", template)):
+    if not TOPIC_NAME.fullmatch(_EXPRESSION.sub("x", template)):
         raise PatternError(
-            "A topic name has 1 to 249 characters among letters, digits, '.', '_' and '-' "
-            "(plus ${params.x} placeholders)."
+            "A topic name has 1 to 249 characters among letters, digits, '.', '_' and '-' (plus ${...} placeholders)."
         )
 
 

@@ -5,6 +5,7 @@ These dataclasses are the contract between the control plane and the data plane.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 # The two `with.event.id` values Zilla accepts (they select an encoding, they are not templates) and the two
@@ -17,6 +18,7 @@ from bindings.models import (
     START_HISTORICAL,
     START_LIVE,
     Endpoint,
+    Guard,
     RouteFilter,
     routes_in_order,
 )
@@ -30,6 +32,7 @@ __all__ = [
     "START_LIVE",
     "EndpointSpec",
     "FilterSpec",
+    "GuardSpec",
     "RouteSpec",
     "ValueFilterSpec",
     "endpoint_spec",
@@ -67,6 +70,22 @@ class FilterSpec:
 
 
 @dataclass(frozen=True)
+class GuardSpec:
+    """A JWT guard. `keys` is the JWKS list as JSON text (hashable, parsed once by the data plane)."""
+
+    name: str
+    issuer: str
+    audience: str
+    keys: str = "[]"
+    jwks_url: str = ""
+    roles_claim: str = "scope"
+    identity_claim: str = "sub"
+    attributes: tuple[tuple[str, str], ...] = ()
+    challenge_s: int = 0
+    cookie: str = ""
+
+
+@dataclass(frozen=True)
 class RouteSpec:
     name: str
     paths: tuple[str, ...]  # conditions: the route matches when any pattern matches
@@ -77,6 +96,15 @@ class RouteSpec:
     caught_up: bool = False  # send a `caught-up` event once replay reaches the live end
     slow_client: str = SLOW_CLIENT_CLOSE  # or SLOW_CLIENT_CONFLATE
     endpoint: EndpointSpec = field(default_factory=EndpointSpec)
+    guarded: tuple[tuple[GuardSpec, tuple[str, ...]], ...] = ()  # every guard must authorise, with its roles
+
+    def delivery(self) -> tuple[object, ...]:
+        """What decides which events a stream of this route gets and who may have it: a stream opened under one
+        value is closed when a change gives another. (Endpoint settings such as retry and CORS are not in it.)"""
+        return (
+            self.paths, self.topic, self.filters, self.event_id, self.start, self.caught_up, self.slow_client,
+            self.guarded,
+        )  # fmt: skip
 
 
 def endpoint_spec(endpoint: Endpoint) -> EndpointSpec:
@@ -89,6 +117,21 @@ def endpoint_spec(endpoint: Endpoint) -> EndpointSpec:
     )
 
 
+def guard_spec(guard: Guard) -> GuardSpec:
+    return GuardSpec(
+        name=guard.name,
+        issuer=guard.issuer,
+        audience=guard.audience,
+        keys=json.dumps(guard.keys, sort_keys=True),
+        jwks_url=guard.jwks_url,
+        roles_claim=guard.roles_claim,
+        identity_claim=guard.identity_claim,
+        attributes=tuple(sorted(guard.attributes.items())),
+        challenge_s=guard.challenge_s,
+        cookie=guard.cookie,
+    )
+
+
 def filter_spec(route_filter: RouteFilter) -> FilterSpec:
     value = None
     if route_filter.value_path:
@@ -97,7 +140,7 @@ def filter_spec(route_filter: RouteFilter) -> FilterSpec:
 
 
 def route_specs() -> tuple[RouteSpec, ...]:
-    """Every route, in the order they are tried (three queries, whatever the number of routes)."""
+    """Every route, in the order they are tried (four queries, whatever the number of routes)."""
     return tuple(
         RouteSpec(
             name=route.name,
@@ -109,6 +152,9 @@ def route_specs() -> tuple[RouteSpec, ...]:
             caught_up=route.caught_up,
             slow_client=route.slow_client,
             endpoint=endpoint_spec(route.endpoint),
+            guarded=tuple(
+                (guard_spec(route_guard.guard), tuple(route_guard.roles)) for route_guard in route.guards.all()
+            ),
         )
         for route in routes_in_order()
     )

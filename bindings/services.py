@@ -1,37 +1,82 @@
 """Write functions: every change to the configuration goes through here.
 
+Each records who changed what (`Change`, shown in the admin and the API) and announces the change to every
+web process once the transaction commits (`bindings.changes`). `actor` names who writes: the API and the
+admin pass the signed-in user, commands their own name.
+
 They validate as the admin does and raise Django's `ValidationError` with a `message_dict` whose keys name the
 bad field: a route's own fields (`topic`, `endpoint`, ...), `paths` / `paths[i]` for its conditions, and
 `filters[i]`, `filters[i].key`, `filters[i].headers`, `filters[i].value`, `filters[i].value.path`,
-`filters[i].value.equals` for its filters (indexes from 0).
+`filters[i].value.equals` for its filters (indexes from 0), `guarded` / `guarded.<guard>` for its guards.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import transaction
 
+from bindings import changes
 from bindings.models import (
     DEFAULT_ENDPOINT,
     EVENT_ID_ETAG,
     SLOW_CLIENT_CLOSE,
     START_HISTORICAL,
+    Change,
     Endpoint,
+    Guard,
     Route,
     RouteCondition,
     RouteFilter,
+    RouteGuard,
     check_route_params,
     default_endpoint,
+    routes_in_order,
 )
+from bindings.representations import endpoint_representation, guard_representation, route_representation
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who writes: a user name (or a command's), and through what (admin, api, import, command, shell)."""
+
+    name: str
+    source: str
+
+    @classmethod
+    def of(cls, user: Any, source: str) -> Actor:
+        """The actor for a Django user (anonymous users are named so)."""
+        name = getattr(user, "get_username", lambda: "")() or "anonymous"
+        return cls(name=name, source=source)
+
+
+SHELL = Actor(name="shell", source="shell")
 
 Errors = dict[str, list[str]]
 
 _FILTER_FIELDS = {"key": "key", "headers": "headers", "value_path": "value.path", "value_equals": "value.equals"}
 _FILTER_KEYS = frozenset({"key", "headers", "value"})
 _VALUE_KEYS = frozenset({"path", "equals"})
+
+
+def record(kind: str, name: str, before: dict[str, Any] | None, after: dict[str, Any] | None, actor: Actor) -> None:
+    """Note a write in the history and announce it after commit; a write that changed nothing is not noted."""
+    if before == after:
+        return
+    action = Change.Action.CREATE if before is None else Change.Action.DELETE if after is None else Change.Action.UPDATE
+    Change.objects.create(
+        actor=actor.name[:150], source=actor.source, action=action, kind=kind, name=name, before=before, after=after
+    )
+    changes.announce_after_commit(kind, name)
+
+
+def route_state(name: str) -> dict[str, Any] | None:
+    """The route called `name` as the API shows it, or None."""
+    route = routes_in_order().filter(name=name).first()
+    return None if route is None else route_representation(route)
 
 
 def _add(errors: Errors, key: str, messages: Sequence[str] | str) -> None:
@@ -128,10 +173,13 @@ def do_put_route(
     slow_client: str = SLOW_CLIENT_CLOSE,
     endpoint: str = DEFAULT_ENDPOINT,
     position: int = 0,
+    guarded: Mapping[str, Sequence[str]] | None = None,
+    actor: Actor = SHELL,
 ) -> Route:
-    """Create or replace the route called `name` (idempotent), its conditions and its filters.
+    """Create or replace the route called `name` (idempotent), its conditions, filters and guards.
 
-    `path` is shorthand for `paths=[path]`. Nothing is written unless everything is valid.
+    `path` is shorthand for `paths=[path]`; `guarded` maps a guard's name to the roles a token needs. Nothing
+    is written unless everything is valid.
     """
     errors: Errors = {}
     if path is not None:
@@ -148,6 +196,8 @@ def do_put_route(
         filter_specs = ()
 
     route = Route.objects.select_for_update().filter(name=name).first() or Route(name=name)
+    before = route_state(name) if route.pk is not None else None
+    route_guards = _build_guards(guarded, route, errors)
     route.topic, route.event_id, route.start = topic, event_id, start
     route.caught_up, route.position, route.slow_client = caught_up, position, slow_client
     found_endpoint = _endpoint(endpoint, errors)
@@ -158,22 +208,14 @@ def do_put_route(
     except ValidationError as exc:
         _collect(errors, exc, "")
 
-    conditions: list[RouteCondition | None] = []
-    for index, pattern in enumerate(paths):
-        condition = RouteCondition(route=route, path=pattern, position=index)
-        try:
-            condition.full_clean(exclude=["route"])
-        except ValidationError as exc:
-            _add(errors, f"paths[{index}]", exc.message_dict.get("path") or exc.messages)
-            conditions.append(None)
-        else:
-            conditions.append(condition)
-    if not paths:
-        _add(errors, "paths", "A route needs at least one path.")
+    conditions = _build_conditions(paths, route, errors)
 
     built = [_build_filter(index, spec, route, errors) for index, spec in enumerate(filter_specs)]
     topic_errors, condition_errors, filter_errors = check_route_params(
-        None if "topic" in errors else topic, conditions, built
+        None if "topic" in errors else topic,
+        conditions,
+        built,
+        guards=None if "guarded" in errors else [g.guard.name for g in route_guards],
     )
     if topic_errors:
         _add(errors, "topic", topic_errors)
@@ -190,7 +232,59 @@ def do_put_route(
     route.filters.all().delete()
     RouteCondition.objects.bulk_create([c for c in conditions if c is not None])
     RouteFilter.objects.bulk_create([f for f in built if f is not None])
+    route.guards.all().delete()
+    RouteGuard.objects.bulk_create(route_guards)
+    record("route", name, before, route_state(name), actor)
     return route
+
+
+def _build_conditions(paths: Sequence[str], route: Route, errors: Errors) -> list[RouteCondition | None]:
+    """The route's conditions, None for each that is not valid (its errors under `paths[i]`)."""
+    conditions: list[RouteCondition | None] = []
+    for index, pattern in enumerate(paths):
+        condition = RouteCondition(route=route, path=pattern, position=index)
+        try:
+            condition.full_clean(exclude=["route"])
+        except ValidationError as exc:
+            _add(errors, f"paths[{index}]", exc.message_dict.get("path") or exc.messages)
+            conditions.append(None)
+        else:
+            conditions.append(condition)
+    if not paths:
+        _add(errors, "paths", "A route needs at least one path.")
+    return conditions
+
+
+def _build_guards(guarded: object, route: Route, errors: Errors) -> list[RouteGuard]:
+    """The route's guards from `{"<guard>": ["role", ...]}`; errors under `guarded` and `guarded.<guard>`."""
+    if guarded is None:
+        return []
+    if not isinstance(guarded, Mapping):
+        _add(errors, "guarded", 'Guards are an object of guard name -> roles, e.g. {"jwt": ["read:items"]}.')
+        return []
+    found = {guard.name: guard for guard in Guard.objects.filter(name__in=[str(name) for name in guarded])}
+    built = []
+    for name, roles in guarded.items():
+        where = f"guarded.{name}"
+        guard = found.get(str(name))
+        if guard is None:
+            _add(errors, where, f"There is no guard named {name!r}.")
+            continue
+        if (
+            isinstance(roles, str | bytes)
+            or not isinstance(roles, Sequence)
+            or not all(isinstance(role, str) for role in roles)
+        ):
+            _add(errors, where, "Roles are a list of strings (an empty list: any valid token).")
+            continue
+        route_guard = RouteGuard(route=route, guard=guard, roles=list(roles))
+        try:
+            route_guard.clean()
+        except ValidationError as exc:
+            _add(errors, where, exc.messages)
+            continue
+        built.append(route_guard)
+    return built
 
 
 @transaction.atomic
@@ -201,18 +295,82 @@ def do_put_endpoint(
     keepalive_s: int = 15,
     cors_origins: Sequence[str] = (),
     cors_credentials: bool = False,
+    actor: Actor = SHELL,
 ) -> Endpoint:
     """Create or replace the endpoint called `name` (idempotent)."""
     endpoint = Endpoint.objects.select_for_update().filter(name=name).first() or Endpoint(name=name)
+    before = None if endpoint.pk is None else endpoint_representation(endpoint)
     endpoint.retry_ms, endpoint.keepalive_s = retry_ms, keepalive_s
     endpoint.cors_origins, endpoint.cors_credentials = list(cors_origins), cors_credentials
     endpoint.full_clean()
     endpoint.save()
+    record("endpoint", name, before, endpoint_representation(endpoint), actor)
     return endpoint
 
 
 @transaction.atomic
-def do_delete_route(name: str) -> bool:
+def do_put_guard(
+    *,
+    name: str,
+    issuer: str,
+    audience: str,
+    keys: Sequence[Mapping[str, Any]] = (),
+    jwks_url: str = "",
+    roles_claim: str = "scope",
+    identity_claim: str = "sub",
+    attributes: Mapping[str, str] | None = None,
+    challenge_s: int = 0,
+    cookie: str = "",
+    actor: Actor = SHELL,
+) -> Guard:
+    """Create or replace the JWT guard called `name` (idempotent); routes using it keep using it."""
+    guard = Guard.objects.select_for_update().filter(name=name).first() or Guard(name=name)
+    before = None if guard.pk is None else guard_representation(guard)
+    guard.issuer, guard.audience, guard.jwks_url = issuer, audience, jwks_url
+    guard.keys = list(keys) if isinstance(keys, Sequence) and not isinstance(keys, str | bytes) else keys
+    guard.roles_claim, guard.identity_claim = roles_claim, identity_claim
+    guard.attributes = dict(attributes) if isinstance(attributes, Mapping) else attributes
+    guard.challenge_s, guard.cookie = challenge_s, cookie
+    guard.full_clean()
+    guard.save()
+    after = guard_representation(guard)
+    record("guard", name, before, after, actor)
+    if before is not None and before != after:
+        for route_name in Route.objects.filter(guards__guard=guard).values_list("name", flat=True):
+            changes.announce_after_commit("route", route_name)
+    return guard
+
+
+@transaction.atomic
+def do_delete_route(name: str, *, actor: Actor = SHELL) -> bool:
     """Delete the route called `name`; False if there was none."""
+    before = route_state(name)
     deleted, _ = Route.objects.filter(name=name).delete()
+    record("route", name, before, None, actor)
     return deleted > 0
+
+
+def _delete_unused(model: type[Endpoint] | type[Guard], kind: str, name: str, actor: Actor) -> bool:
+    found = model.objects.select_for_update().filter(name=name).first()
+    if found is None:
+        return False
+    users = list(Route.objects.filter(**({"endpoint": found} if kind == "endpoint" else {"guards__guard": found})))
+    if users:
+        route_names = ", ".join(sorted(route.name for route in users))
+        raise ValidationError({"name": [f"Routes use this {kind}: {route_names}. Change or delete them first."]})
+    before = endpoint_representation(found) if isinstance(found, Endpoint) else guard_representation(found)
+    found.delete()
+    record(kind, name, before, None, actor)
+    return True
+
+
+@transaction.atomic
+def do_delete_endpoint(name: str, *, actor: Actor = SHELL) -> bool:
+    """Delete the endpoint called `name` unless a route uses it; False if there was none."""
+    return _delete_unused(Endpoint, "endpoint", name, actor)
+
+
+@transaction.atomic
+def do_delete_guard(name: str, *, actor: Actor = SHELL) -> bool:
+    """Delete the guard called `name` unless a route uses it; False if there was none."""
+    return _delete_unused(Guard, "guard", name, actor)

@@ -27,6 +27,7 @@ ITEMS: dict[str, Any] = {
     "start": "historical",
     "caught_up": False,
     "slow_client": "close",
+    "guarded": {},
 }
 
 

@@ -14,7 +14,8 @@ from bindings.selectors import (
     ValueFilterSpec,
     route_specs,
 )
-from bindings.services import do_put_endpoint, do_put_route
+from bindings.services import do_put_endpoint, do_put_guard, do_put_route
+from tests.jwt_keys import ISSUER, guard_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -69,12 +70,20 @@ def test_routes_come_in_position_order_then_creation_order() -> None:
     assert [spec.name for spec in route_specs()] == ["c", "b", "a"]
 
 
-def test_it_reads_any_number_of_routes_in_three_queries() -> None:
+def test_it_reads_any_number_of_routes_in_four_queries() -> None:
+    do_put_guard(**guard_fields("jwt"))
+    do_put_guard(**guard_fields("other"))
     for index in range(5):
         do_put_route(
-            name=f"r{index}", paths=[f"/r{index}", f"/s{index}"], topic="t", filters=[{"key": "a"}, {"key": "b"}]
+            name=f"r{index}",
+            paths=[f"/r{index}", f"/s{index}"],
+            topic="t",
+            filters=[{"key": "a"}, {"key": "b"}],
+            guarded={"jwt": ["read"], "other": []},
         )
     with CaptureQueriesContext(connection) as queries:
         specs = route_specs()
     assert len(specs) == 5
-    assert len(queries) == 3
+    assert len(queries) == 4
+    assert [(guard.name, roles) for guard, roles in specs[0].guarded] == [("jwt", ("read",)), ("other", ())]
+    assert specs[0].guarded[0][0].issuer == ISSUER

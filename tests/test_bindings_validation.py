@@ -100,9 +100,29 @@ def test_it_deletes_a_route() -> None:
         ({"topic": "items-${params.id}"}, {"topic": ["${params.id} is not declared by the path pattern /items."]}),
         (
             {"topic": "items-${guarded['jwt'].identity}"},
-            {"topic": ["${guarded['jwt'].identity}: guards are not supported yet."]},
+            {"topic": ["${guarded['jwt']...}: the route is not guarded by 'jwt'."]},
         ),
-        ({"topic": "items-${etag}"}, {"topic": ["${etag} is not a template expression: write ${params.<name>}."]}),
+        (
+            {"topic": "items-${guarded['jwt'].roles}"},
+            {
+                "topic": [
+                    "${guarded['jwt'].roles}: write ${guarded['<guard>'].identity} or "
+                    "${guarded['<guard>'].attributes.<name>}."
+                ]
+            },
+        ),
+        (
+            {"guarded": {"nobody": ["read"]}},
+            {"guarded.nobody": ["There is no guard named 'nobody'."]},
+        ),
+        (
+            {"topic": "items-${etag}"},
+            {
+                "topic": [
+                    "${etag} is not a template expression: write ${params.<name>} or ${guarded['<guard>'].identity}."
+                ]
+            },
+        ),
         ({"event_id": "${key}"}, "event_id"),
         ({"start": "earliest"}, "start"),
         ({"endpoint": "nope"}, {"endpoint": ["There is no endpoint named 'nope'."]}),
@@ -162,7 +182,7 @@ def test_a_path_lacking_params_of_several_templates_names_them_all() -> None:
         ({"key": "${params.id}"}, {"filters[0].key": ["${params.id} is not declared by the path pattern /items."]}),
         (
             {"key": "${guarded['g'].attributes.a}"},
-            {"filters[0].key": ["${guarded['g'].attributes.a}: guards are not supported yet."]},
+            {"filters[0].key": ["${guarded['g']...}: the route is not guarded by 'g'."]},
         ),
         (
             {"headers": ["tag", "x"]},
