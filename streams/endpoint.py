@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import sys
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
@@ -21,10 +22,11 @@ from bindings.selectors import EVENT_ID_KEY_AND_ETAG, SLOW_CLIENT_CONFLATE, Endp
 from streams import sse
 from streams.event_id import parse_id
 from streams.filters import compile_filters
+from streams.guards import Refusal, authorise
 from streams.hub import Hub, TopicState, current_hub, get_hub
 from streams.kafka import HistoricalReader, KafkaUnavailableError, ReaderStats, Record, TopicNotFoundError
 from streams.positions import parse_since
-from streams.routes import route_table
+from streams.routes import open_streams, route_table
 from streams.routing import Match
 from streams.server import FLOW_EXTENSION, Flow
 from streams.subscription import Subscription, SubscriptionOptions
@@ -159,6 +161,7 @@ class StreamEndpoint:
                 "closed_slow": StreamStats.closed_slow,
                 "historical_readers": ReaderStats.historical_readers,
                 "route_reloads": route_table.reloads,
+                "closed_on_change": open_streams.closed,
                 **counts,
             }
             await respond_json(send, 200, body)
@@ -172,6 +175,8 @@ class Stream:
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope, self.receive, self.send = scope, receive, send
         self.cors: tuple[tuple[bytes, bytes], ...] = ()
+        self.expires_at: float | None = None  # epoch seconds: the stream ends when its token does
+        self.stop: asyncio.Future[str] | None = None
 
     async def problem(self, status: int, title: str, detail: str, **extra: Any) -> None:
         await problem(self.send, status, title, detail, headers=self.cors, **extra)
@@ -200,11 +205,18 @@ class Stream:
                 self.send, 400, "Bad request", f"Last-Event-ID is longer than {MAX_LAST_EVENT_ID_BYTES} bytes."
             )
             return
-        matched = await route_table.match(path)
-        if matched is None:
+        candidates = await route_table.candidates(path)
+        if not candidates:
             await problem(self.send, 404, "No route", f"No route matches {path}.")
             return
+        self.cors = cors_headers(candidates[0].route.endpoint, _header(self.scope, b"origin"))
+        authorised = await authorise(candidates, self.scope)
+        if isinstance(authorised, Refusal):
+            await self.refuse(authorised)
+            return
+        matched = authorised.match
         self.cors = cors_headers(matched.route.endpoint, _header(self.scope, b"origin"))
+        self.expires_at = authorised.expires_at
         since_ms = None
         since_text = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("since")
         if since_text:
@@ -214,6 +226,14 @@ class Stream:
                 await self.problem(400, "Bad request", str(exc))
                 return
         await self.serve(matched, resume, since_ms, head_only=method == "HEAD")
+
+    async def refuse(self, refusal: Refusal) -> None:
+        headers = self.cors
+        if refusal.status == 401:  # noqa: PLR2004
+            challenge = b'Bearer realm="sse"' + (b', error="invalid_token"' if refusal.token_given else b"")
+            headers = ((b"www-authenticate", challenge), *headers)
+        title = "Unauthorized" if refusal.status == 401 else "Forbidden"  # noqa: PLR2004
+        await problem(self.send, refusal.status, title, refusal.detail, headers=headers)
 
     async def preflight(self, path: str) -> None:
         matched = await route_table.match(path)
@@ -262,12 +282,27 @@ class Stream:
         flow = self.scope.get("extensions", {}).get(FLOW_EXTENSION)
         conflate = route.slow_client == SLOW_CLIENT_CONFLATE
         pump = Pump(hub, state, subscription, starts, send=self.send, flow=flow, conflate=conflate)
+        loop = asyncio.get_running_loop()
+        stop = self.stop = loop.create_future()
+        expiry = None
+        if self.expires_at is not None:
+            expiry = loop.call_at(loop.time() + max(0.0, self.expires_at - time.time()), self.end, "token expired")
+        open_streams.add(self, route, lambda: self.end("route changed"))
         StreamStats.open_streams += 1
         try:
-            await self.race(pump.run(route.endpoint.keepalive_s), matched.topic)
+            await self.race(pump.run(route.endpoint.keepalive_s), matched.topic, stop)
         finally:
             StreamStats.open_streams -= 1
+            open_streams.remove(self, route)
+            if expiry is not None:
+                expiry.cancel()
             await pump.close()
+
+    def end(self, reason: str) -> None:
+        """End the stream from outside (its route changed, its token expired); the client reconnects."""
+        if self.stop is not None and not self.stop.done():
+            log.debug("ending a stream: %s", reason)
+            self.stop.set_result(reason)
 
     async def subscribe(
         self, hub: Hub, state: TopicState, matched: Match, resume: bytes | None, since_ms: int | None
@@ -280,7 +315,7 @@ class Stream:
             log.info("malformed Last-Event-ID on %s, starting fresh: %r", route.name, resume[:100])
         positions = await hub.positions(state, resumed=resumed, start=route.start, since_ms=since_ms)
         options = SubscriptionOptions(
-            filters=compile_filters(route.filters, matched.params),
+            filters=compile_filters(route.filters, matched.params, matched.guarded),
             key_form=route.event_id == EVENT_ID_KEY_AND_ETAG,
             compacted=state.info.compacted,
             caught_up=route.caught_up,
@@ -290,18 +325,22 @@ class Stream:
         )
         return subscription, positions.starts, subscription.preamble(positions.plan.resets)
 
-    async def race(self, pump: Coroutine[Any, Any, None], topic: str) -> None:
-        """The stream and the client's disconnect race; whichever ends first cancels the other."""
+    async def race(self, pump: Coroutine[Any, Any, None], topic: str, stop: asyncio.Future[str]) -> None:
+        """The stream, the client's disconnect and `stop` race; whichever ends first cancels the others."""
         pumping = asyncio.create_task(pump, name=f"sse-pump:{topic}")
         watcher = asyncio.create_task(self.wait_disconnect(), name="sse-disconnect")
         try:
-            await asyncio.wait({pumping, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            racers: set[asyncio.Future[Any]] = {pumping, watcher, stop}
+            await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in (pumping, watcher):
                 task.cancel()
+            stop.cancel()
             await asyncio.gather(pumping, watcher, return_exceptions=True)
-        if pumping.done() and not pumping.cancelled() and pumping.exception() is not None:
+        failed = pumping.done() and not pumping.cancelled() and pumping.exception() is not None
+        if failed:
             log.error("stream on %s failed", topic, exc_info=pumping.exception())
+        if failed or (stop.done() and not stop.cancelled()):
             await self.send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def wait_disconnect(self) -> None:

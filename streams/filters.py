@@ -47,13 +47,16 @@ def _value_equals(value: Any, path: tuple[str, ...], expected: str) -> bool:
     return json.dumps(value) == expected
 
 
-def compile_filters(specs: Sequence[FilterSpec], params: dict[str, str]) -> tuple[CompiledFilter, ...]:
+def compile_filters(
+    specs: Sequence[FilterSpec], params: dict[str, str], guarded: dict[str, dict[str, str]] | None = None
+) -> tuple[CompiledFilter, ...]:
+    """The filters with their templates filled in from the request's params and its guards' sessions."""
     return tuple(
         CompiledFilter(
-            key=None if spec.key is None else render(spec.key, params).encode(),
-            headers=tuple((name, render(value, params).encode()) for name, value in spec.headers),
+            key=None if spec.key is None else render(spec.key, params, guarded).encode(),
+            headers=tuple((name, render(value, params, guarded).encode()) for name, value in spec.headers),
             value_path=None if spec.value is None else tuple(spec.value.path.split(".")),
-            value_equals=None if spec.value is None else render(spec.value.equals, params),
+            value_equals=None if spec.value is None else render(spec.value.equals, params, guarded),
         )
         for spec in specs
     )

@@ -5,6 +5,10 @@ it is then rebuilt on the next request, one query however many requests wait. A 
 triggers a rebuild before the 404, unless the table was read after the request arrived, so a route created a
 moment ago is never refused because its announcement is still on its way; and the table is rebuilt every
 `MAX_AGE_S` regardless, in case an announcement was lost.
+
+An announcement also rebuilds the table at once, and each rebuild closes the open streams whose route was
+removed or changed what it delivers or who may have it (`RouteSpec.delivery`): their clients reconnect and
+resume under the new configuration. Every other stream continues untouched.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
@@ -20,7 +25,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bindings.changes import CHANGES_GROUP
 from bindings.selectors import RouteSpec, route_specs
-from streams.routing import CompiledRoute, Match, compile_routes, match_path
+from streams.routing import CompiledRoute, Match, compile_routes, match_all
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +38,39 @@ def _load() -> tuple[RouteSpec, ...]:
     return route_specs()
 
 
+class OpenStreams:
+    """The open streams of this process by route, with what their route delivered when they opened."""
+
+    def __init__(self) -> None:
+        self.by_route: dict[str, dict[object, tuple[tuple[object, ...], Callable[[], None]]]] = {}
+        self.closed = 0
+
+    def add(self, stream: object, route: RouteSpec, close: Callable[[], None]) -> None:
+        self.by_route.setdefault(route.name, {})[stream] = (route.delivery(), close)
+
+    def remove(self, stream: object, route: RouteSpec) -> None:
+        streams = self.by_route.get(route.name)
+        if streams is not None:
+            streams.pop(stream, None)
+            if not streams:
+                del self.by_route[route.name]
+
+    def reconcile(self, specs: tuple[RouteSpec, ...]) -> None:
+        """Close the streams whose route is gone or delivers otherwise now."""
+        current = {spec.name: spec.delivery() for spec in specs}
+        for name, streams in list(self.by_route.items()):
+            now = current.get(name)
+            for delivery, close in list(streams.values()):
+                if delivery != now:
+                    self.closed += 1
+                    close()
+        if self.closed:
+            log.debug("closed %d streams on changed routes so far", self.closed)
+
+
+open_streams = OpenStreams()
+
+
 class RouteTable:
     def __init__(self) -> None:
         self.routes: tuple[CompiledRoute, ...] = ()
@@ -42,17 +80,24 @@ class RouteTable:
         self._loading: asyncio.Task[None] | None = None
         self._loading_since = float("-inf")
         self._listener: asyncio.Task[None] | None = None
+        self._eager: set[asyncio.Task[None]] = set()
 
     async def match(self, path: str) -> Match | None:
+        """The first route matching `path`."""
+        found = await self.candidates(path)
+        return found[0] if found else None
+
+    async def candidates(self, path: str) -> list[Match]:
+        """Every route matching `path`, in order (the first whose guards authorise serves)."""
         asked = asyncio.get_running_loop().time()
         if self.stale or asked - self.loaded_at > MAX_AGE_S:
             await self.reload(not_before=asked)
-        found = match_path(self.routes, path)
-        if found is None and self.loaded_at < asked:
+        found = match_all(self.routes, path)
+        if not found and self.loaded_at < asked:
             # Maybe a route committed a moment ago, its announcement still on its way: a table read after this
             # request arrived has every route committed before it.
             await self.reload(not_before=asked)
-            found = match_path(self.routes, path)
+            found = match_all(self.routes, path)
         return found
 
     async def reload(self, *, not_before: float) -> None:
@@ -76,12 +121,29 @@ class RouteTable:
     async def _reload(self, started: float) -> None:
         self.stale = False  # a change announced while loading marks it stale again
         try:
-            self.routes = compile_routes(await sync_to_async(_load, thread_sensitive=False)())
+            specs = await sync_to_async(_load, thread_sensitive=False)()
         except BaseException:
             self.stale = True
             raise
+        self.routes = compile_routes(specs)
         self.loaded_at = started
         self.reloads += 1
+        open_streams.reconcile(specs)
+
+    def _reload_soon(self) -> None:
+        """After an announcement: rebuild now, so streams of a changed route close within moments."""
+        loop = asyncio.get_running_loop()
+
+        async def reload() -> None:
+            try:
+                await self.reload(not_before=loop.time())
+            except Exception:
+                log.warning("route table reload failed; retried on the next request", exc_info=True)
+
+        # reload() folds concurrent callers into one query; keep a reference so the task is not collected.
+        task = loop.create_task(reload(), name="route-table-reload")
+        self._eager.add(task)
+        task.add_done_callback(self._eager.discard)
 
     async def _listen(self) -> None:
         layer = get_channel_layer()
@@ -97,6 +159,7 @@ class RouteTable:
                     except (TimeoutError, RedisTimeoutError):
                         continue  # a quiet spell: the Redis client's read timed out, the group still holds us
                     self.stale = True
+                    self._reload_soon()
             except asyncio.CancelledError:
                 raise
             except Exception:

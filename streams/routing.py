@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from bindings.patterns import PathPattern, PatternError, parse_path, render
@@ -43,10 +43,11 @@ class CompiledRoute:
 class Match:
     route: RouteSpec
     params: dict[str, str]
+    guarded: dict[str, dict[str, str]] = field(default_factory=dict)  # guard -> identity, attributes.<name>
 
     @property
     def topic(self) -> str:
-        return render(self.route.topic, self.params)
+        return render(self.route.topic, self.params, self.guarded)
 
 
 def compile_routes(specs: Iterable[RouteSpec]) -> tuple[CompiledRoute, ...]:
@@ -61,13 +62,16 @@ def compile_routes(specs: Iterable[RouteSpec]) -> tuple[CompiledRoute, ...]:
     return tuple(compiled)
 
 
-def match_path(routes: Iterable[CompiledRoute], raw_path: str) -> Match | None:
-    """The first route matching `raw_path` (still percent-encoded, no query string)."""
+def match_all(routes: Iterable[CompiledRoute], raw_path: str) -> list[Match]:
+    """Every route matching `raw_path` (still percent-encoded, no query string), in the order they are tried:
+    the first whose guards authorise the request serves it."""
     if not raw_path.startswith("/"):
-        return None
+        return []
     segments = raw_path[1:].split("/")
-    for route in routes:
-        params = route.match(segments)
-        if params is not None:
-            return Match(route.spec, params)
-    return None
+    return [Match(route.spec, params) for route in routes if (params := route.match(segments)) is not None]
+
+
+def match_path(routes: Iterable[CompiledRoute], raw_path: str) -> Match | None:
+    """The first route matching `raw_path`."""
+    found = match_all(routes, raw_path)
+    return found[0] if found else None

@@ -1,0 +1,243 @@
+"""JWT guards on the data plane (SPEC.md §1, §2): who may open a stream, and what templates learn of them.
+
+A route may name guards with the roles each requires; a request is authorised when every guard verifies its
+token and finds every role. Routes are tried in order: the first that matches the path and authorises serves.
+When none authorises, the answer is 401 (no token, or one that does not verify) or 403 (a valid token without
+the roles). Tokens come from `authorization: Bearer`, else the `access_token` query parameter, else the cookie
+the guard names.
+
+Verification follows Zilla's `jwt` guard: the token's `kid` must name a configured key whose `alg` is the
+token's; the signature, `exp`/`nbf` (no leeway), `iss` and `aud` are checked; the roles are read from a claim
+path (a list as is, a string split on whitespace), and a token without that claim authorises no guarded route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from http.cookies import CookieError, SimpleCookie
+from typing import Any
+from urllib.parse import parse_qs
+
+import jwt
+from jwt import PyJWK, PyJWKClient
+from jwt.exceptions import PyJWKClientError, PyJWTError
+
+from bindings.selectors import GuardSpec
+from streams.routing import Match
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+MISSING = object()
+
+
+class InvalidToken(Exception):
+    """A token this guard does not accept; the message says why (logged, never sent to the client)."""
+
+
+@dataclass(frozen=True)
+class Session:
+    """What a verified token says: who, with which roles (None: the roles claim is missing), until when."""
+
+    identity: str | None
+    roles: frozenset[str] | None
+    attributes: dict[str, str] = field(default_factory=dict)
+    expires_at: float | None = None  # epoch seconds
+
+    def values(self) -> dict[str, str]:
+        """The values `${guarded['<guard>'].…}` templates read."""
+        found = {"identity": self.identity or ""}
+        found.update((f"attributes.{name}", value) for name, value in self.attributes.items())
+        return found
+
+
+def claim(claims: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted claim path (e.g. realm_access.roles), or MISSING."""
+    value: Any = claims
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return MISSING
+        value = value[part]
+    return value
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"))
+
+
+class Verifier:
+    """Verifies tokens for one guard configuration; its keys are parsed once."""
+
+    def __init__(self, spec: GuardSpec) -> None:
+        self.spec = spec
+        self.keys: dict[str, PyJWK] = {}
+        for jwk in json.loads(spec.keys):
+            try:
+                self.keys[jwk["kid"]] = PyJWK(jwk, algorithm=jwk["alg"])
+            except (PyJWTError, KeyError, TypeError, ValueError):
+                log.warning("guard %s: a key cannot be used and is skipped (kid %r)", spec.name, jwk.get("kid"))
+        self.client = PyJWKClient(spec.jwks_url, cache_keys=True, lifespan=300) if spec.jwks_url else None
+
+    async def key_for(self, token: str, header: Mapping[str, Any]) -> PyJWK:
+        kid, alg = header.get("kid"), header.get("alg")
+        if self.client is not None:
+            try:
+                key = await asyncio.to_thread(self.client.get_signing_key_from_jwt, token)
+            except PyJWKClientError as exc:
+                raise InvalidToken(f"no key for kid {kid!r} at the JWKS URL: {exc}") from None
+        else:
+            found = self.keys.get(kid) if isinstance(kid, str) else None
+            if found is None:
+                raise InvalidToken(f"no key with kid {kid!r}")
+            key = found
+        if key.algorithm_name != alg:
+            raise InvalidToken(f"alg {alg!r} is not the key's ({key.algorithm_name})")
+        return key
+
+    async def verify(self, token: str) -> Session:
+        try:
+            header = jwt.get_unverified_header(token)
+        except PyJWTError as exc:
+            raise InvalidToken(f"not a JWS: {exc}") from None
+        key = await self.key_for(token, header)
+        try:
+            claims = jwt.decode(
+                token,
+                key.key,
+                algorithms=[key.algorithm_name],
+                issuer=self.spec.issuer,
+                audience=self.spec.audience,
+                options={"require": ["iss", "aud"], "verify_exp": True, "verify_nbf": True},
+            )
+        except PyJWTError as exc:
+            raise InvalidToken(str(exc)) from None
+        roles_claim = claim(claims, self.spec.roles_claim)
+        roles: frozenset[str] | None
+        if roles_claim is MISSING or roles_claim is None:
+            roles = None
+        elif isinstance(roles_claim, list):
+            roles = frozenset(_text(role) for role in roles_claim)
+        else:
+            roles = frozenset(_text(roles_claim).split())
+        identity = claim(claims, self.spec.identity_claim)
+        attributes = {}
+        for name, path in self.spec.attributes:
+            value = claim(claims, path)
+            if value is not MISSING and value is not None:
+                attributes[name] = _text(value)
+        exp = claims.get("exp")
+        return Session(
+            identity=None if identity is MISSING or identity is None else _text(identity),
+            roles=roles,
+            attributes=attributes,
+            expires_at=float(exp) if isinstance(exp, int | float) else None,
+        )
+
+
+class Verifiers:
+    """A verifier per guard configuration, kept while in use (a changed guard gets a new one)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self.cache: OrderedDict[GuardSpec, Verifier] = OrderedDict()
+
+    def get(self, spec: GuardSpec) -> Verifier:
+        found = self.cache.get(spec)
+        if found is None:
+            found = self.cache[spec] = Verifier(spec)
+            while len(self.cache) > self.size:
+                self.cache.popitem(last=False)
+        else:
+            self.cache.move_to_end(spec)
+        return found
+
+
+verifiers = Verifiers()
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers", []):
+        if key.lower() == name:
+            return bytes(value)
+    return None
+
+
+def credentials(scope: Scope, cookie: str = "") -> str | None:
+    """The token of a request: `authorization: Bearer`, else `?access_token=`, else the guard's cookie."""
+    authorization = _header(scope, b"authorization")
+    if authorization is not None:
+        scheme, _, value = authorization.decode("latin-1").strip().partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    query: dict[str, list[str]] = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
+    if query.get("access_token"):
+        return query["access_token"][0]
+    if cookie:
+        raw = _header(scope, b"cookie")
+        if raw is not None:
+            try:
+                jar = SimpleCookie(raw.decode("latin-1"))
+            except CookieError:
+                return None
+            morsel = jar.get(cookie)
+            if morsel is not None and morsel.value:
+                return str(morsel.value)
+    return None
+
+
+@dataclass
+class Refusal:
+    """Why no route authorised a request: 401 (no or bad token) or 403 (valid, without the roles)."""
+
+    status: int
+    detail: str
+    token_given: bool
+
+
+@dataclass(frozen=True)
+class Authorised:
+    match: Match
+    sessions: dict[str, Session]
+
+    @property
+    def expires_at(self) -> float | None:
+        times = [s.expires_at for s in self.sessions.values() if s.expires_at is not None]
+        return min(times) if times else None
+
+
+async def authorise(candidates: Iterable[Match], scope: Scope) -> Authorised | Refusal:
+    """The first candidate whose guards all authorise the request, or why none did (the strongest reason: a 403
+    if some token was valid, else a 401)."""
+    refusal: Refusal | None = None
+    for match in candidates:
+        sessions: dict[str, Session] = {}
+        failed: Refusal | None = None
+        for guard, roles in match.route.guarded:
+            token = credentials(scope, guard.cookie)
+            if token is None:
+                failed = Refusal(401, "This stream needs a token: send authorization: Bearer <token>.", False)
+                break
+            try:
+                session = await verifiers.get(guard).verify(token)
+            except InvalidToken as exc:
+                log.info("route %s, guard %s: token refused: %s", match.route.name, guard.name, exc)
+                failed = Refusal(401, "The token is not valid for this stream (expired, or not ours).", True)
+                break
+            if session.roles is None or not set(roles) <= session.roles:
+                failed = Refusal(403, "The token does not carry the roles this stream needs.", True)
+                break
+            sessions[guard.name] = session
+        if failed is None:
+            guarded = {name: session.values() for name, session in sessions.items()}
+            return Authorised(Match(match.route, match.params, guarded), sessions)
+        if refusal is None or failed.status > refusal.status:
+            refusal = failed
+    assert refusal is not None  # noqa: S101  (candidates is never empty)
+    return refusal
