@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import slug_re
 from django.db.models import QuerySet
 from django.http import Http404
 from rest_framework import serializers, status, viewsets
@@ -26,6 +27,7 @@ from bindings.models import (
     Route,
     routes_in_order,
 )
+from bindings.problems import Conflict
 from bindings.representations import endpoint_representation, guard_representation, route_representation
 from bindings.services import (
     Actor,
@@ -36,6 +38,8 @@ from bindings.services import (
     do_put_guard,
     do_put_route,
 )
+
+NAME_REGEX = "[-a-zA-Z0-9_]+"
 
 
 def api_actor(request: Request | None) -> Actor:
@@ -117,16 +121,17 @@ class RouteViewSet(viewsets.ModelViewSet[Route]):
     queryset = Route.objects.all()
     serializer_class = RouteSerializer
     lookup_field = "name"
+    # Names are slugs: any other text is a 404 before it reaches a query (Postgres refuses NUL characters).
+    lookup_value_regex = NAME_REGEX
 
     def get_queryset(self) -> QuerySet[Route]:
         return routes_in_order()
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         name = request.data.get("name") if isinstance(request.data, dict) else None
-        if isinstance(name, str) and Route.objects.filter(name=name).exists():
-            return Response(
-                {"name": [f"A route named {name!r} exists: PUT /api/v1/routes/{name}/ replaces it."]},
-                status=status.HTTP_400_BAD_REQUEST,
+        if isinstance(name, str) and slug_re.match(name) and Route.objects.filter(name=name).exists():
+            raise serializers.ValidationError(
+                {"name": [f"A route named {name!r} exists: PUT /api/v1/routes/{name}/ replaces it."]}
             )
         return super().create(request, *args, **kwargs)
 
@@ -226,14 +231,14 @@ class _NamedViewSet(viewsets.ModelViewSet[Any]):
     use the object (409)."""
 
     lookup_field = "name"
+    lookup_value_regex = NAME_REGEX
     kind = ""
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         name = request.data.get("name") if isinstance(request.data, dict) else None
-        if isinstance(name, str) and self.get_queryset().filter(name=name).exists():
-            return Response(
-                {"name": [f"A {self.kind} named {name!r} exists: PUT {request.path}{name}/ replaces it."]},
-                status=status.HTTP_400_BAD_REQUEST,
+        if isinstance(name, str) and slug_re.match(name) and self.get_queryset().filter(name=name).exists():
+            raise serializers.ValidationError(
+                {"name": [f"A {self.kind} named {name!r} exists: PUT {request.path}{name}/ replaces it."]}
             )
         return super().create(request, *args, **kwargs)
 
@@ -258,7 +263,7 @@ class _NamedViewSet(viewsets.ModelViewSet[Any]):
         try:
             self.delete_named(instance.name)
         except DjangoValidationError as exc:
-            return Response({"detail": " ".join(exc.messages)}, status=status.HTTP_409_CONFLICT)
+            raise Conflict(" ".join(exc.messages)) from None
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -33,10 +33,25 @@ DETAIL_MAX_CHARS = 500
 Errors = dict[str, list[str]]
 
 
+class Conflict(exceptions.APIException):
+    """The request is valid but the current state forbids it (routes still use what it would delete)."""
+
+    status_code = 409
+    default_detail = "The request conflicts with the current state."
+    default_code = "conflict"
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
 def problem(status: int, detail: str, errors: Errors | None = None) -> dict[str, Any]:
     return {
         "type": PROBLEM_TYPE,
-        "title": HTTPStatus(status).phrase,
+        "title": _phrase(status),
         "status": status,
         "detail": detail,
         "errors": errors or {},
@@ -107,7 +122,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         errors = {}
         data = response.data
         detail = str(data.get("detail", "")) if isinstance(data, Mapping) else str(data)
-        detail = detail or HTTPStatus(response.status_code).description
+        detail = detail or _phrase(response.status_code)
     response.data = problem(response.status_code, detail, errors)
     renderer = getattr(context.get("request"), "accepted_renderer", None)
     # People in the browsable API keep its HTML page; machines get the problem media type.

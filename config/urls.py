@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import TemplateView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from bindings.api import EndpointViewSet, GuardViewSet, RouteViewSet
@@ -15,5 +16,13 @@ router.register("guards", GuardViewSet)
 urlpatterns = [
     path("", TemplateView.as_view(template_name="demo.html"), name="demo"),
     path("admin/", admin.site.urls),
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include(router.urls)),
 ]
+
+# Under /api/ Django's own error pages are problem bodies too (bindings/problems.py).
+handler400 = "bindings.problems.bad_request"
+handler403 = "bindings.problems.permission_denied"
+handler404 = "bindings.problems.page_not_found"
+handler500 = "bindings.problems.server_error"

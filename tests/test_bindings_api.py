@@ -1,4 +1,5 @@
-"""The REST API for routes and endpoints: representation, create, replace, partial update, 400s naming the field."""
+"""The REST API for routes and endpoints: representation, create, replace, partial update, 400s naming the field
+(under `errors` in the problem body)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def test_it_refuses_to_create_a_route_twice(api: Client) -> None:
     do_put_route(name="items", path="/items", topic="items")
     response = api.post("/api/v1/routes/", ITEMS, content_type="application/json")
     assert response.status_code == 400
-    assert list(response.json()) == ["name"]
+    assert list(response.json()["errors"]) == ["name"]
 
 
 def test_put_creates_then_replaces(api: Client) -> None:
@@ -75,7 +76,7 @@ def test_a_route_keeps_its_name(api: Client) -> None:
     api.post("/api/v1/routes/", ITEMS, content_type="application/json")
     response = api.patch("/api/v1/routes/items/", {"name": "other"}, content_type="application/json")
     assert response.status_code == 400
-    assert list(response.json()) == ["name"]
+    assert list(response.json()["errors"]) == ["name"]
 
 
 @pytest.mark.parametrize(
@@ -93,14 +94,14 @@ def test_a_route_keeps_its_name(api: Client) -> None:
 def test_it_answers_400_naming_the_bad_field(api: Client, change: dict[str, Any], field: str) -> None:
     response = api.post("/api/v1/routes/", {**ITEMS, **change}, content_type="application/json")
     assert response.status_code == 400
-    assert list(response.json()) == [field]
+    assert list(response.json()["errors"]) == [field]
     assert not Route.objects.exists()
 
 
 def test_it_needs_a_topic_and_paths(api: Client) -> None:
     response = api.post("/api/v1/routes/", {"name": "items"}, content_type="application/json")
     assert response.status_code == 400
-    assert sorted(response.json()) == ["paths", "topic"]
+    assert sorted(response.json()["errors"]) == ["paths", "topic"]
 
 
 def test_it_deletes_a_route(api: Client) -> None:
@@ -143,12 +144,15 @@ def test_it_answers_400_naming_the_bad_endpoint_field(api: Client, body: dict[st
     default_endpoint()
     response = api.post("/api/v1/endpoints/", body, content_type="application/json")
     assert response.status_code == 400
-    assert list(response.json()) == [field]
+    assert list(response.json()["errors"]) == [field]
 
 
 def test_an_endpoint_in_use_answers_409_to_delete(api: Client) -> None:
     do_put_endpoint(name="app")
     do_put_route(name="items", path="/items", topic="items", endpoint="app")
-    assert api.delete("/api/v1/endpoints/app/").status_code == 409
+    conflict = api.delete("/api/v1/endpoints/app/")
+    assert conflict.status_code == 409
+    assert conflict["Content-Type"] == "application/problem+json"
+    assert conflict.json()["detail"].startswith("Routes use this endpoint: items.")
     do_delete_route("items")
     assert api.delete("/api/v1/endpoints/app/").status_code == 204

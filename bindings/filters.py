@@ -1,0 +1,85 @@
+"""Query parameters of the API's list endpoints (django-filter), documented in the OpenAPI schema.
+
+`ApiFilterBackend` picks the filter set by the model of the view's queryset, so a viewset needs no wiring and
+every list endpoint filters the same way: exact `?topic=`, `?endpoint=`, `?guard=` on routes, `?search=` for a
+case-insensitive substring. A value that cannot be a filter (a NUL character, say) is a 400, not a query.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.db.models import Exists, Model, OuterRef, Q, QuerySet
+from django_filters.rest_framework import DjangoFilterBackend
+from rest_framework.pagination import LimitOffsetPagination
+
+from bindings.models import Endpoint, Guard, Route, RouteCondition
+
+MAX_PAGE = 1000
+
+
+class ApiPagination(LimitOffsetPagination):
+    """`?limit=&offset=`, `limit` capped: an unbounded limit reaches Postgres as an out-of-range LIMIT."""
+
+    max_limit = MAX_PAGE
+
+
+class RouteFilterSet(django_filters.FilterSet):
+    topic = django_filters.CharFilter(field_name="topic", help_text="Routes to exactly this topic (template).")
+    endpoint = django_filters.CharFilter(field_name="endpoint__name", help_text="Routes of the endpoint so named.")
+    guard = django_filters.CharFilter(
+        field_name="guards__guard__name", distinct=True, help_text="Routes the guard so named protects."
+    )
+    search = django_filters.CharFilter(
+        method="filter_search", help_text="Routes whose name, topic or a path contains this, ignoring case."
+    )
+
+    class Meta:
+        model = Route
+        fields: tuple[str, ...] = ()
+
+    def filter_search(self, queryset: QuerySet[Route], name: str, value: str) -> QuerySet[Route]:
+        in_path = RouteCondition.objects.filter(route=OuterRef("pk"), path__icontains=value)
+        return queryset.filter(Q(name__icontains=value) | Q(topic__icontains=value) | Exists(in_path))
+
+
+class EndpointFilterSet(django_filters.FilterSet):
+    search = django_filters.CharFilter(
+        field_name="name", lookup_expr="icontains", help_text="Endpoints whose name contains this, ignoring case."
+    )
+
+    class Meta:
+        model = Endpoint
+        fields: tuple[str, ...] = ()
+
+
+class GuardFilterSet(django_filters.FilterSet):
+    issuer = django_filters.CharFilter(field_name="issuer", help_text="Guards of exactly this issuer.")
+    search = django_filters.CharFilter(
+        method="filter_search", help_text="Guards whose name or issuer contains this, ignoring case."
+    )
+
+    class Meta:
+        model = Guard
+        fields: tuple[str, ...] = ()
+
+    def filter_search(self, queryset: QuerySet[Guard], name: str, value: str) -> QuerySet[Guard]:
+        return queryset.filter(Q(name__icontains=value) | Q(issuer__icontains=value))
+
+
+FILTER_SETS: dict[type[Model], type[django_filters.FilterSet]] = {
+    Route: RouteFilterSet,
+    Endpoint: EndpointFilterSet,
+    Guard: GuardFilterSet,
+}
+
+
+class ApiFilterBackend(DjangoFilterBackend):
+    """The filter set of the queryset's model, from `FILTER_SETS`; a view may still name its own."""
+
+    def get_filterset_class(self, view: Any, queryset: QuerySet[Any] | None = None) -> Any:
+        own = super().get_filterset_class(view, queryset)
+        if own is not None or queryset is None:
+            return own
+        return FILTER_SETS.get(queryset.model)

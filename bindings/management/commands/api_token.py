@@ -1,0 +1,54 @@
+"""Mint the API token of a machine user: `manage.py api_token USERNAME [--read-only] [--rotate]`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+from rest_framework.authtoken.models import Token
+
+from bindings.permissions import API_READERS
+
+
+class Command(BaseCommand):
+    help = (
+        "Print the API token of USERNAME, creating the user (no password: it cannot sign in to the admin) and "
+        "the token if needed. The user may write (it is made staff) unless --read-only puts it in api-readers."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("username")
+        parser.add_argument("--read-only", action="store_true", help="only read: a member of api-readers")
+        parser.add_argument("--rotate", action="store_true", help="replace the user's token with a new one")
+
+    @transaction.atomic
+    def handle(self, *args: Any, **options: Any) -> None:
+        username: str = options["username"]
+        read_only: bool = options["read_only"]
+        user_model = get_user_model()
+        user = user_model.objects.filter(username=username).first()
+        if user is None:
+            user = user_model(username=username)
+            user.set_unusable_password()
+            user.full_clean(exclude=["password"])  # a username Django refuses is a clear error, not a row
+            user.save()
+            self.stderr.write(f"created user {username!r}")
+        if not user.is_active:
+            raise CommandError(f"User {username!r} is inactive: its token would be refused.")
+        if read_only:
+            if user.is_staff:
+                # Quietly taking staff away could lock a person out; a read-only token wants its own user.
+                raise CommandError(f"User {username!r} is staff, so its token could write: use another user.")
+            user.groups.add(Group.objects.get_or_create(name=API_READERS)[0])
+        elif not user.is_staff:
+            user.is_staff = True
+            user.save(update_fields=["is_staff"])
+            self.stderr.write(f"made {username!r} staff: its token may write")
+        if options["rotate"]:
+            Token.objects.filter(user=user).delete()
+        token, created = Token.objects.get_or_create(user=user)
+        self.stderr.write(f"{'new' if created else 'existing'} token for {username!r}")
+        self.stdout.write(token.key)
