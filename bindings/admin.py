@@ -1,6 +1,10 @@
-"""Endpoints and routes in the admin.
+"""Endpoints, routes, guards and the change history in the admin.
 
-A route is edited with its conditions and filters inline. Whether the `${params.x}` of the topic and the
+Every save and delete is recorded through `bindings.services.record` (who changed what, announced to the web
+processes after commit), as the API's writes are. A route's page has a live preview of its stream and a
+copyable `EventSource` snippet.
+
+A route is edited with its conditions, filters and guards inline. Whether the `${params.x}` of the topic and the
 filters are declared by every path pattern can only be told with all three in hand, so the route form checks
 it against the inline formsets of the same request (`_Edit`) and puts each error on the field that is wrong.
 """
@@ -18,7 +22,18 @@ from django.forms.formsets import DELETION_FIELD_NAME
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 
-from bindings.models import Endpoint, Route, RouteCondition, RouteFilter, check_route_params
+from bindings.models import (
+    Change,
+    Endpoint,
+    Guard,
+    Route,
+    RouteCondition,
+    RouteFilter,
+    RouteGuard,
+    check_route_params,
+)
+from bindings.representations import endpoint_representation, guard_representation
+from bindings.services import Actor, record, route_state
 
 
 class _Edit:
@@ -27,6 +42,8 @@ class _Edit:
     def __init__(self) -> None:
         self.conditions: RouteConditionFormSet | None = None
         self.filters: RouteFilterFormSet | None = None
+        self.guards: RouteGuardFormSet | None = None
+        self.before: dict[str, Any] | None = None  # the object as it was, for the history
 
     def check(self, form: RouteForm) -> None:
         if self.conditions is None or self.filters is None or not self.conditions.is_bound:
@@ -36,10 +53,14 @@ class _Edit:
         self.filters.is_valid()
         condition_forms = self.conditions.live_forms()
         filter_forms = self.filters.live_forms()
+        guards = None
+        if self.guards is not None and self.guards.is_bound and self.guards.is_valid():
+            guards = [f.cleaned_data["guard"].name for f in self.guards.live_forms() if f.cleaned_data.get("guard")]
         topic_errors, condition_errors, filter_errors = check_route_params(
             form.cleaned_data.get("topic"),
             [f.instance if f.is_valid() else None for f in condition_forms],
             [f.instance if f.is_valid() else None for f in filter_forms],
+            guards,
         )
         for message in topic_errors:
             form.add_error("topic", message)
@@ -101,6 +122,13 @@ class RouteFilterFormSet(_RouteInlineFormSet):
             self.edit.filters = self
 
 
+class RouteGuardFormSet(_RouteInlineFormSet):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.edit is not None:
+            self.edit.guards = self
+
+
 class RouteConditionInline(admin.TabularInline[RouteCondition, Route]):
     model = RouteCondition
     formset = RouteConditionFormSet
@@ -120,20 +148,130 @@ class RouteFilterInline(admin.StackedInline[RouteFilter, Route]):
     verbose_name_plural = "filters (a message is sent when any matches; none = the whole topic)"
 
 
+class RouteGuardInline(admin.TabularInline[RouteGuard, Route]):
+    model = RouteGuard
+    formset = RouteGuardFormSet
+    fields = ("guard", "roles")
+    extra = 0
+    verbose_name = "guard"
+    verbose_name_plural = "guards (every guard must authorise the request, with all its roles)"
+
+
+class _Recorded:
+    """Admin saves and deletes go into the change history, and are announced, like every other write."""
+
+    kind = ""
+
+    @staticmethod
+    def state(obj: Any) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def _note_before(self, request: HttpRequest, obj: Any) -> None:
+        fresh = type(obj).objects.filter(pk=obj.pk).first() if obj.pk is not None else None
+        _edit(request).before = None if fresh is None else self.state(fresh)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        self._note_before(request, obj)
+        super().save_model(request, obj, form, change)  # type: ignore[misc]
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)  # type: ignore[misc]
+        obj = form.instance
+        record(self.kind, obj.name, _edit(request).before, self.state(obj), Actor.of(request.user, "admin"))
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        before = self.state(obj)
+        super().delete_model(request, obj)  # type: ignore[misc]
+        record(self.kind, obj.name, before, None, Actor.of(request.user, "admin"))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for obj in queryset:
+            self.delete_model(request, obj)
+
+
 @admin.register(Endpoint)
-class EndpointAdmin(admin.ModelAdmin[Endpoint]):
+class EndpointAdmin(_Recorded, admin.ModelAdmin[Endpoint]):
+    kind = "endpoint"
     list_display = ("name", "retry_ms", "keepalive_s", "cors_origins", "cors_credentials")
+    list_filter = ("cors_credentials",)
     search_fields = ("name",)
+
+    @staticmethod
+    def state(obj: Any) -> dict[str, Any] | None:
+        return endpoint_representation(obj)
+
+
+class GuardForm(forms.ModelForm[Guard]):
+    jwks_url = forms.URLField(
+        required=False, max_length=500, assume_scheme="https", help_text=Guard._meta.get_field("jwks_url").help_text
+    )
+
+
+@admin.register(Guard)
+class GuardAdmin(_Recorded, admin.ModelAdmin[Guard]):
+    kind = "guard"
+    form = GuardForm
+    list_display = ("name", "issuer", "audience", "roles_claim", "challenge_s", "updated")
+    search_fields = ("name", "issuer", "audience")
+    fields = (
+        "name", "issuer", "audience", "keys", "jwks_url", "roles_claim", "identity_claim", "attributes",
+        "challenge_s", "cookie",
+    )  # fmt: skip
+
+    @staticmethod
+    def state(obj: Any) -> dict[str, Any] | None:
+        return guard_representation(obj)
+
+
+@admin.register(Change)
+class ChangeAdmin(admin.ModelAdmin[Change]):
+    """The history: read only, newest first."""
+
+    list_display = ("at", "actor", "source", "action", "kind", "name", "changed")
+    list_filter = ("kind", "action", "source", "actor")
+    search_fields = ("name", "actor")
+    date_hierarchy = "at"
+    fields = ("at", "actor", "source", "action", "kind", "name", "before", "after")
+    readonly_fields = fields
+
+    @admin.display(description="changed")
+    def changed(self, change: Change) -> str:
+        return ", ".join(change.changed_fields())
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Change | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Change | None = None) -> bool:
+        return False
 
 
 @admin.register(Route)
-class RouteAdmin(admin.ModelAdmin[Route]):
+class RouteAdmin(_Recorded, admin.ModelAdmin[Route]):
+    kind = "route"
     form = RouteForm
-    inlines = (RouteConditionInline, RouteFilterInline)
+    inlines = (RouteConditionInline, RouteFilterInline, RouteGuardInline)
     list_display = ("name", "paths", "topic", "endpoint", "start", "position")
     list_editable = ("position",)
-    list_filter = ("endpoint", "start", "event_id", "slow_client")
+    list_filter = ("endpoint", "start", "event_id", "slow_client", "guards__guard")
     search_fields = ("name", "topic", "conditions__path")
+    change_form_template = "admin/bindings/route/change_form.html"
+
+    @staticmethod
+    def state(obj: Any) -> dict[str, Any] | None:
+        return route_state(obj.name)
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> Any:
+        route = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        if route is not None:
+            context["preview"] = preview_context(request, route)
+        return super().change_view(request, object_id, form_url, context)
+
     ordering = ("position", "id")
     fields = ("name", "position", "endpoint", "topic", "event_id", "start", "caught_up", "slow_client")
 
@@ -157,3 +295,22 @@ class RouteAdmin(admin.ModelAdmin[Route]):
         edit = _edit(request)
         for formset, inline in super().get_formsets_with_inlines(request, obj):
             yield type(formset.__name__, (formset,), {"edit": edit}), inline
+
+
+def preview_context(request: HttpRequest, route: Route) -> dict[str, Any]:
+    """What the route page's live preview needs: its path patterns (with their params), the stream origin, the
+    history of this route and whether a token is needed."""
+    conditions = list(route.conditions.order_by("position", "id"))
+    patterns = []
+    for condition in conditions:
+        try:
+            pattern = condition.pattern()
+        except ValueError:
+            continue
+        patterns.append({"text": pattern.text, "params": sorted(pattern.params)})
+    return {
+        "patterns": patterns,
+        "origin": request.build_absolute_uri("/").rstrip("/"),
+        "guarded": route.guards.exists(),
+        "changes": Change.objects.filter(kind="route", name=route.name)[:10],
+    }

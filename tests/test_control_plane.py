@@ -23,9 +23,11 @@ def admin_client(client: Client) -> Client:
 
 
 def route_form(**fields: Any) -> dict[str, Any]:
-    """An admin add-route POST: the route's fields, then `paths` and `filters` as inline forms."""
+    """An admin add-route POST: the route's fields, then `paths`, `filters` and `guards` (guard pk -> roles) as
+    inline forms."""
     paths: list[str] = fields.pop("paths", ["/items"])
     filters: list[dict[str, str]] = fields.pop("filters", [])
+    guards: dict[int, str] = fields.pop("guards", {})
     data: dict[str, Any] = {
         "name": "items",
         "position": 0,
@@ -59,6 +61,14 @@ def route_form(**fields: Any) -> dict[str, Any]:
             f"filters-{index}-position": index,
         }
         data |= {f"filters-{index}-{name}": value for name, value in route_filter.items()}
+    data |= {
+        "guards-TOTAL_FORMS": len(guards),
+        "guards-INITIAL_FORMS": 0,
+        "guards-MIN_NUM_FORMS": 0,
+        "guards-MAX_NUM_FORMS": 1000,
+    }
+    for index, (guard, roles) in enumerate(guards.items()):
+        data |= {f"guards-{index}-guard": guard, f"guards-{index}-roles": roles}
     return data
 
 
@@ -184,7 +194,7 @@ def test_the_api_answers_400_naming_the_bad_field(admin_client: Client) -> None:
         "/api/v1/routes/", {"name": "bad", "path": "/x/{", "topic": "t"}, content_type="application/json"
     )
     assert response.status_code == 400
-    assert "paths[0]" in response.json()
+    assert "paths[0]" in response.json()["errors"]
 
 
 def test_the_api_needs_an_admin(client: Client) -> None:
