@@ -22,6 +22,7 @@ from bindings.models import (
     EVENT_ID_ETAG,
     SLOW_CLIENT_CLOSE,
     START_HISTORICAL,
+    Change,
     Endpoint,
     Guard,
     Route,
@@ -283,3 +284,18 @@ class GuardViewSet(_NamedViewSet):
 
     def delete_named(self, name: str) -> None:
         do_delete_guard(name, actor=api_actor(self.request))
+
+
+class ChangeSerializer(serializers.ModelSerializer[Change]):
+    changed_fields = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+    class Meta:
+        model = Change
+        fields = ("id", "at", "actor", "source", "action", "kind", "name", "changed_fields", "before", "after")
+
+
+class ChangeViewSet(viewsets.ReadOnlyModelViewSet[Change]):
+    """Who changed what, newest first: every write through the admin, the API, imports and commands."""
+
+    queryset = Change.objects.all()
+    serializer_class = ChangeSerializer

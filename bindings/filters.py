@@ -14,7 +14,7 @@ from django.db.models import Exists, Model, OuterRef, Q, QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework.pagination import LimitOffsetPagination
 
-from bindings.models import Endpoint, Guard, Route, RouteCondition
+from bindings.models import Change, Endpoint, Guard, Route, RouteCondition
 
 MAX_PAGE = 1000
 
@@ -68,7 +68,22 @@ class GuardFilterSet(django_filters.FilterSet):
         return queryset.filter(Q(name__icontains=value) | Q(issuer__icontains=value))
 
 
+class ChangeFilterSet(django_filters.FilterSet):
+    kind = django_filters.ChoiceFilter(
+        choices=[("endpoint", "endpoint"), ("route", "route"), ("guard", "guard")], help_text="What was changed."
+    )
+    name = django_filters.CharFilter(help_text="The name of the object changed.")
+    actor = django_filters.CharFilter(help_text="Who changed it (a user name, or a command's).")
+    source = django_filters.CharFilter(help_text="Through what: admin, api, import, command or shell.")
+    action = django_filters.ChoiceFilter(choices=Change.Action.choices)
+
+    class Meta:
+        model = Change
+        fields: tuple[str, ...] = ()
+
+
 FILTER_SETS: dict[type[Model], type[django_filters.FilterSet]] = {
+    Change: ChangeFilterSet,
     Route: RouteFilterSet,
     Endpoint: EndpointFilterSet,
     Guard: GuardFilterSet,

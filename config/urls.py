@@ -6,18 +6,22 @@ from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from bindings.api import EndpointViewSet, GuardViewSet, RouteViewSet
+from bindings.api import ChangeViewSet, EndpointViewSet, GuardViewSet, RouteViewSet
+from bindings.api_zilla import ZillaExportView, ZillaImportView
 
 router = DefaultRouter()
 router.register("routes", RouteViewSet)
 router.register("endpoints", EndpointViewSet)
 router.register("guards", GuardViewSet)
+router.register("changes", ChangeViewSet)
 
 urlpatterns = [
     path("", TemplateView.as_view(template_name="demo.html"), name="demo"),
     path("admin/", admin.site.urls),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/v1/import/zilla", ZillaImportView.as_view(), name="zilla-import"),
+    path("api/v1/export/zilla", ZillaExportView.as_view(), name="zilla-export"),
     path("api/v1/", include("bindings.urls")),
     path("api/v1/", include(router.urls)),
 ]
