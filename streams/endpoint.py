@@ -22,13 +22,14 @@ from bindings.selectors import EVENT_ID_KEY_AND_ETAG, SLOW_CLIENT_CONFLATE, Endp
 from streams import sse
 from streams.event_id import parse_id
 from streams.filters import compile_filters
-from streams.guards import Refusal, authorise
+from streams.guards import Refusal, Session, authorise, credentials
 from streams.hub import Hub, TopicState, current_hub, get_hub
 from streams.kafka import HistoricalReader, KafkaUnavailableError, ReaderStats, Record, TopicNotFoundError
 from streams.positions import parse_since
 from streams.routes import open_streams, route_table
 from streams.routing import Match
 from streams.server import FLOW_EXTENSION, Flow
+from streams.sessions import CHALLENGE_CONTENT_TYPE, CHALLENGE_EVENT, broadcast, sessions
 from streams.subscription import Subscription, SubscriptionOptions
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,7 @@ class StreamEndpoint:
                 "historical_readers": ReaderStats.historical_readers,
                 "route_reloads": route_table.reloads,
                 "closed_on_change": open_streams.closed,
+                "renewed_by_challenge": sessions.renewed,
                 **counts,
             }
             await respond_json(send, 200, body)
@@ -175,8 +177,12 @@ class Stream:
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope, self.receive, self.send = scope, receive, send
         self.cors: tuple[tuple[bytes, bytes], ...] = ()
-        self.expires_at: float | None = None  # epoch seconds: the stream ends when its token does
         self.stop: asyncio.Future[str] | None = None
+        self.route: RouteSpec | None = None
+        self.sessions: dict[str, Session] = {}  # by guard: the tokens that authorised this stream
+        self.pump: Pump | None = None
+        self.auth_timer: asyncio.TimerHandle | None = None
+        self.challenged_for: float | None = None  # the challenge time already sent for
 
     async def problem(self, status: int, title: str, detail: str, **extra: Any) -> None:
         await problem(self.send, status, title, detail, headers=self.cors, **extra)
@@ -186,6 +192,11 @@ class Stream:
         path = raw_path(self.scope)
         if method == "OPTIONS":
             await self.preflight(path)
+            return
+        if method == "POST" and (_header(self.scope, b"content-type") or b"").split(b";")[0].strip().lower() == (
+            CHALLENGE_CONTENT_TYPE
+        ):
+            await self.challenge_response(path)
             return
         if method not in {"GET", "HEAD"}:
             await problem(
@@ -216,7 +227,7 @@ class Stream:
             return
         matched = authorised.match
         self.cors = cors_headers(matched.route.endpoint, _header(self.scope, b"origin"))
-        self.expires_at = authorised.expires_at
+        self.sessions = dict(authorised.sessions)
         since_ms = None
         since_text = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("since")
         if since_text:
@@ -226,6 +237,21 @@ class Stream:
                 await self.problem(400, "Bad request", str(exc))
                 return
         await self.serve(matched, resume, since_ms, head_only=method == "HEAD")
+
+    async def challenge_response(self, path: str) -> None:
+        """A client's answer to a `challenge` event: always 204; its token renews matching streams everywhere."""
+        matched = await route_table.match(path)
+        if matched is not None:
+            self.cors = cors_headers(matched.route.endpoint, _header(self.scope, b"origin"))
+        while True:  # the body is empty by contract; read it to the end whatever it is
+            message = await self.receive()
+            if message["type"] == "http.disconnect" or not message.get("more_body"):
+                break
+        await self.send({"type": "http.response.start", "status": 204, "headers": list(self.cors)})
+        await self.send({"type": "http.response.body", "body": b""})
+        token = credentials(self.scope)
+        if token is not None:
+            await broadcast(token)
 
     async def refuse(self, refusal: Refusal) -> None:
         headers = self.cors
@@ -244,7 +270,7 @@ class Stream:
         cors = cors_headers(matched.route.endpoint, _header(self.scope, b"origin"))
         if cors:
             requested = _header(self.scope, b"access-control-request-headers")
-            headers += [*cors, (b"access-control-allow-methods", STREAM_METHODS.encode())]
+            headers += [*cors, (b"access-control-allow-methods", b"GET, HEAD, OPTIONS, POST")]
             headers += [(b"access-control-max-age", b"600")]
             if requested:
                 headers.append((b"access-control-allow-headers", requested))
@@ -282,21 +308,71 @@ class Stream:
         flow = self.scope.get("extensions", {}).get(FLOW_EXTENSION)
         conflate = route.slow_client == SLOW_CLIENT_CONFLATE
         pump = Pump(hub, state, subscription, starts, send=self.send, flow=flow, conflate=conflate)
-        loop = asyncio.get_running_loop()
-        stop = self.stop = loop.create_future()
-        expiry = None
-        if self.expires_at is not None:
-            expiry = loop.call_at(loop.time() + max(0.0, self.expires_at - time.time()), self.end, "token expired")
+        self.stop = asyncio.get_running_loop().create_future()
+        self.route, self.pump = route, pump
         open_streams.add(self, route, lambda: self.end("route changed"))
+        if self.sessions:
+            sessions.add(self)
+            self.schedule_authorisation()
         StreamStats.open_streams += 1
         try:
-            await self.race(pump.run(route.endpoint.keepalive_s), matched.topic, stop)
+            await self.race(pump.run(route.endpoint.keepalive_s), matched.topic, self.stop)
         finally:
             StreamStats.open_streams -= 1
             open_streams.remove(self, route)
-            if expiry is not None:
-                expiry.cancel()
+            sessions.remove(self)
+            if self.auth_timer is not None:
+                self.auth_timer.cancel()
             await pump.close()
+
+    @property
+    def expires_at(self) -> float | None:
+        """When the first of this stream's tokens expires (epoch seconds), or None."""
+        times = [session.expires_at for session in self.sessions.values() if session.expires_at is not None]
+        return min(times) if times else None
+
+    def challenge_at(self, expires_at: float) -> float | None:
+        """When to challenge the client for a new token: the earliest of its guards' `challenge` before expiry.
+        Tokens without an identity are never challenged."""
+        assert self.route is not None  # noqa: S101
+        leads = [
+            guard.challenge_s
+            for guard, _ in self.route.guarded
+            if guard.challenge_s and (session := self.sessions.get(guard.name)) and session.identity is not None
+        ]
+        return expires_at - max(leads) if leads else None
+
+    def schedule_authorisation(self) -> None:
+        """Arm the next timer: the challenge if one is due before expiry and not yet sent, else the expiry."""
+        if self.auth_timer is not None:
+            self.auth_timer.cancel()
+            self.auth_timer = None
+        expires_at = self.expires_at
+        if expires_at is None:
+            return
+        loop = asyncio.get_running_loop()
+        now = time.time()
+        challenge_at = self.challenge_at(expires_at)
+        if challenge_at is not None and challenge_at != self.challenged_for:
+            if challenge_at <= now:
+                self.challenged_for = challenge_at
+                if self.pump is not None:
+                    self.pump.inject(CHALLENGE_EVENT)
+            else:
+                self.auth_timer = loop.call_at(loop.time() + challenge_at - now, self.schedule_authorisation)
+                return
+        self.auth_timer = loop.call_at(loop.time() + max(0.0, expires_at - now), self.expire)
+
+    def expire(self) -> None:
+        expires_at = self.expires_at
+        if expires_at is not None and time.time() >= expires_at - 0.001:
+            self.end("token expired")
+        else:  # renewed meanwhile
+            self.schedule_authorisation()
+
+    def reauthorised(self) -> None:
+        """A challenge response renewed one of this stream's tokens."""
+        self.schedule_authorisation()
 
     def end(self, reason: str) -> None:
         """End the stream from outside (its route changed, its token expired); the client reconnects."""
@@ -384,7 +460,13 @@ class Pump:
         self.stall_grace_s = settings.SSE_STALL_GRACE_MS / 1000
         self.backlog: list[Record] = []  # records from the historical reader not written yet
         self.history_partitions: set[int] = set()
+        self.injected = b""
         self.state = hub.attach(state, starts, self)
+
+    def inject(self, data: bytes) -> None:
+        """Send `data` (an event of the stream's own, such as a challenge) with the next write."""
+        self.injected += data
+        self.waiter.set()
 
     async def close(self) -> None:
         if self.timer is not None:
@@ -404,7 +486,14 @@ class Pump:
     def share_key(self) -> Hashable | None:
         """Pumps with equal keys write the same bytes for the next batch (None: this one cannot share now)."""
         flow = self.flow
-        if not self.idle or flow is None or flow.paused or flow.closed or not self.subscription.settled:
+        if (
+            not self.idle
+            or flow is None
+            or flow.paused
+            or flow.closed
+            or self.injected
+            or not self.subscription.settled
+        ):
             return None
         return (
             self.subscription.options,
@@ -416,7 +505,7 @@ class Pump:
         """The hub's fan-out: while the task is parked and the connection has room, write here and now (no task
         switch per client per batch); anything else is the task's to do. Returns what it wrote."""
         flow = self.flow
-        if not self.idle or flow is None or flow.paused or flow.closed:
+        if not self.idle or flow is None or flow.paused or flow.closed or self.injected:
             self.waiter.set()
             return None
         before = self.subscription.delivered
@@ -461,6 +550,8 @@ class Pump:
             if not await self.writable():
                 return
             data = await self.read_history() + self.read_cache()
+            if self.injected:
+                data, self.injected = self.injected + data, b""
             if self.keepalive_due and not data:
                 data = sse.KEEPALIVE
             self.keepalive_due = False

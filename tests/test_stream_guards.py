@@ -151,3 +151,60 @@ def test_the_stream_ends_when_the_token_expires(
         with pytest.raises(StopIteration):  # the server ended the response
             stream.next_event(timeout=8)
     assert 1.0 < time.monotonic() - started < 6
+
+
+def challenge_response(daphne_url: str, path: str, new_token: str | None) -> httpx.Response:
+    headers = {"content-type": "application/x-challenge-response"}
+    if new_token is not None:
+        headers["authorization"] = f"Bearer {new_token}"
+    return httpx.post(daphne_url + path, headers=headers, timeout=5)
+
+
+@pytest.fixture
+def challenging_guard() -> str:
+    name = unique("jwt")
+    do_put_guard(**guard_fields(name, challenge_s=2))
+    return name
+
+
+def test_a_challenge_answered_with_a_new_token_keeps_the_stream_open(
+    daphne_url: str,
+    new_topic: Callable[..., str],
+    produce: Callable[..., tuple[int, int]],
+    challenging_guard: str,
+) -> None:
+    topic = new_topic()
+    path = guarded_route(topic, challenging_guard, ["read"])
+    with EventStream(daphne_url + path, headers=bearer(token("alice", expires_in=3)), timeout=8) as stream:
+        challenge = stream.next_event(timeout=5)  # about 1 s in: 2 s before the token expires
+        assert challenge.event == "challenge"
+        assert challenge.text == '{"method":"POST","headers":{"content-type":"application/x-challenge-response"}}'
+        # Answers are always 204: a token of someone else, none at all, then the right one (to another path).
+        assert challenge_response(daphne_url, path, token("mallory", expires_in=60)).status_code == 204
+        assert challenge_response(daphne_url, path, None).status_code == 204
+        assert challenge_response(daphne_url, "/any/stream/path", token("alice", expires_in=60)).status_code == 204
+        time.sleep(3)  # past the first token's expiry
+        produce(topic, b"after the first token expired")
+        assert stream.next_event(timeout=5).text == "after the first token expired"
+
+
+def test_an_unanswered_challenge_ends_the_stream_at_expiry(
+    daphne_url: str, new_topic: Callable[..., str], challenging_guard: str
+) -> None:
+    path = guarded_route(new_topic(), challenging_guard, ["read"])
+    with EventStream(daphne_url + path, headers=bearer(token("alice", expires_in=3)), timeout=8) as stream:
+        assert stream.next_event(timeout=5).event == "challenge"
+        # A renewal without the route's roles, or for someone else, renews nothing.
+        assert challenge_response(daphne_url, path, token("alice", scope="other", expires_in=60)).status_code == 204
+        assert challenge_response(daphne_url, path, token("mallory", expires_in=60)).status_code == 204
+        with pytest.raises(StopIteration):
+            stream.next_event(timeout=6)
+
+
+def test_a_token_without_identity_is_not_challenged(
+    daphne_url: str, new_topic: Callable[..., str], challenging_guard: str
+) -> None:
+    path = guarded_route(new_topic(), challenging_guard, ["read"])
+    with EventStream(daphne_url + path, headers=bearer(token(None, expires_in=3)), timeout=8) as stream:
+        with pytest.raises(StopIteration):  # no challenge event, then the end
+            stream.next_event(timeout=6)

@@ -1,0 +1,116 @@
+"""Continuous authorisation (SPEC.md §6): guarded streams end when their token does, unless renewed.
+
+A guard with `challenge: N` has each stream sent an `event:challenge` N seconds before its token expires. The
+client answers with a POST to any stream path, `content-type: application/x-challenge-response`, and a new
+token; the answer is always 204. The token is broadcast on the Channels layer, so every web process hears it:
+each verifies it with the guards of its open streams, and a valid token with the same identity, whose roles
+still satisfy a stream's route, extends that stream. Tokens without an identity are never challenged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Protocol
+
+from channels.layers import get_channel_layer
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from bindings.selectors import GuardSpec, RouteSpec
+from streams.guards import InvalidToken, Session, verifiers
+
+log = logging.getLogger(__name__)
+
+REAUTHORIZE_GROUP = "streams.reauthorize"
+CHALLENGE_CONTENT_TYPE = b"application/x-challenge-response"
+CHALLENGE_EVENT = (
+    b'event:challenge\ndata:{"method":"POST","headers":{"content-type":"application/x-challenge-response"}}\n\n'
+)
+LISTEN_RETRY_S = 5.0
+
+
+class GuardedStream(Protocol):
+    route: RouteSpec | None
+    sessions: dict[str, Session]
+
+    def reauthorised(self) -> None: ...
+
+
+class Sessions:
+    """The guarded streams of this process, and the listener that renews them."""
+
+    def __init__(self) -> None:
+        self.streams: set[GuardedStream] = set()
+        self.renewed = 0
+        self._listener: asyncio.Task[None] | None = None
+
+    def add(self, stream: GuardedStream) -> None:
+        self.streams.add(stream)
+        if self._listener is None:
+            self._listener = asyncio.get_running_loop().create_task(self._listen(), name="sse-reauthorize")
+
+    def remove(self, stream: GuardedStream) -> None:
+        self.streams.discard(stream)
+
+    async def reauthorize(self, token: str) -> None:
+        """Extend every stream this token renews: same identity, the route's roles, a later expiry."""
+        guards: dict[GuardSpec, Session | None] = {}
+        for stream in self.streams:
+            for guard, _ in stream.route.guarded if stream.route else ():
+                guards.setdefault(guard, None)
+        for guard in guards:
+            with contextlib.suppress(InvalidToken):
+                guards[guard] = await verifiers.get(guard).verify(token)
+        for stream in list(self.streams):
+            renewed = False
+            for guard, roles in stream.route.guarded if stream.route else ():
+                new, old = guards.get(guard), stream.sessions.get(guard.name)
+                if new is None or old is None or new.identity is None or new.identity != old.identity:
+                    continue
+                if new.roles is None or not set(roles) <= new.roles:
+                    continue
+                if old.expires_at is not None and (new.expires_at is None or new.expires_at > old.expires_at):
+                    stream.sessions[guard.name] = new
+                    renewed = True
+            if renewed:
+                self.renewed += 1
+                stream.reauthorised()
+
+    async def _listen(self) -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        while True:
+            try:
+                channel = await layer.new_channel()
+                await layer.group_add(REAUTHORIZE_GROUP, channel)
+                while True:
+                    try:
+                        message = await layer.receive(channel)
+                    except (TimeoutError, RedisTimeoutError):
+                        continue
+                    token = message.get("token")
+                    if isinstance(token, str) and self.streams:
+                        await self.reauthorize(token)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("challenge responses cannot be heard; retrying", exc_info=True)
+                await asyncio.sleep(LISTEN_RETRY_S)
+
+
+sessions = Sessions()
+
+
+async def broadcast(token: str) -> None:
+    """Hand a challenge response's token to every process (this one included)."""
+    layer = get_channel_layer()
+    if layer is None:
+        await sessions.reauthorize(token)
+        return
+    try:
+        await layer.group_send(REAUTHORIZE_GROUP, {"type": "streams.reauthorize", "token": token})
+    except Exception:
+        log.warning("could not broadcast a challenge response; renewing this process's streams only", exc_info=True)
+        await sessions.reauthorize(token)
