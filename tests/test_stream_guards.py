@@ -205,6 +205,6 @@ def test_a_token_without_identity_is_not_challenged(
     daphne_url: str, new_topic: Callable[..., str], challenging_guard: str
 ) -> None:
     path = guarded_route(new_topic(), challenging_guard, ["read"])
-    with EventStream(daphne_url + path, headers=bearer(token(None, expires_in=3)), timeout=8) as stream:
-        with pytest.raises(StopIteration):  # no challenge event, then the end
-            stream.next_event(timeout=6)
+    stream = EventStream(daphne_url + path, headers=bearer(token(None, expires_in=3)), timeout=8)
+    with stream, pytest.raises(StopIteration):  # no challenge event, then the end
+        stream.next_event(timeout=6)
