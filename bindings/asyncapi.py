@@ -3,10 +3,12 @@
 Export: each path pattern of a route is a channel (its `{name}` segments are channel parameters) with one
 `receive` operation, written from the client's side: what a browser subscribing to the address receives. The
 messages are the SSE events a stream sends (`event`, `delete`, `reset`, and `caught-up` / `challenge` where the
-route has them), each with the `id:` it carries; a guarded route's operation refers to a security scheme per
-guard. Everything a route is made of that AsyncAPI has no word for (topic, filters, event-id form, start,
-slow-client policy, guards and roles, endpoints) is under `x-sse-kafka`, so importing our own export into an
-empty database gives the same routes.
+route has them), each with the `id:` it carries; a guarded route's operation refers to an http bearer (JWT)
+security scheme per guard and names the roles in its description (AsyncAPI 3.0 allows `scopes` only on oauth2 and
+openIdConnect schemes). Everything a route is made of that AsyncAPI has no word for (topic, filters, event-id
+form, start, slow-client policy, guards and roles) is under the channel's `x-sse-kafka`, and the guards and
+endpoints the routes use under the document's (guards with their public keys only), so importing our own export
+into an empty database gives the same configuration.
 
 Import: a channel whose address is a path, served over HTTP, becomes a route (channels of one route are merged
 by `x-sse-kafka.route`); other channels are listed as ignored with the reason, never dropped silently. All of it
@@ -35,11 +37,13 @@ from bindings.models import (
     routes_in_order,
 )
 from bindings.patterns import PatternError, parse_path
-from bindings.representations import endpoint_representation, route_representation
-from bindings.services import Actor, do_put_endpoint, do_put_route
+from bindings.representations import endpoint_representation, guard_representation, route_representation
+from bindings.services import Actor, do_put_endpoint, do_put_guard, do_put_route
 
 EXTENSION = "x-sse-kafka"
 SSE_PROTOCOLS = frozenset({"http", "https", "sse"})
+# RFC 7517/7518 private members: a guard only needs public keys, and a document is read by more people than an admin.
+PRIVATE_JWK_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
 EVENT_ID_FORMS = {"etag": EVENT_ID_ETAG, "key-and-etag": EVENT_ID_KEY_AND_ETAG}
 _FORM_OF_EVENT_ID = {template: form for form, template in EVENT_ID_FORMS.items()}
 
@@ -63,7 +67,22 @@ _ENDPOINT_KEYS: dict[str, tuple[str, type, str]] = {
     "cors-origins": ("cors_origins", list, "a list of origins"),
     "cors-credentials": ("cors_credentials", bool, "true or false"),
 }
-_ENDPOINT_DOCUMENT_KEY = {argument: key for key, (argument, _, _) in _ENDPOINT_KEYS.items()}
+_GUARD_KEYS: dict[str, tuple[str, type, str]] = {
+    "issuer": ("issuer", str, "a string"),
+    "audience": ("audience", str, "a string"),
+    "keys": ("keys", list, "a JWKS list of public keys"),
+    "jwks-url": ("jwks_url", str, "a URL"),
+    "roles-claim": ("roles_claim", str, "a claim path"),
+    "identity-claim": ("identity_claim", str, "a claim path"),
+    "attributes": ("attributes", dict, "an object of name -> claim path"),
+    "challenge-s": ("challenge_s", int, "an integer"),
+    "cookie": ("cookie", str, "a cookie name"),
+}
+# Top-level x-sse-kafka: what routes refer to by name, written before the routes.
+_NAMED: dict[str, tuple[str, dict[str, tuple[str, type, str]], tuple[str, ...]]] = {
+    "guards": ("guard", _GUARD_KEYS, ("issuer", "audience")),
+    "endpoints": ("endpoint", _ENDPOINT_KEYS, ()),
+}
 
 ETAG_ID = (
     "`${etag}`: base64url (padded) of a byte 0x01, the zig-zag varint partition count, then for every partition of "
@@ -92,7 +111,7 @@ def export_asyncapi(server_url: str, *, title: str = "SSE over Kafka", version: 
     server = _server(server_url)
     channels: dict[str, Any] = {}
     operations: dict[str, Any] = {}
-    guards_used: dict[str, Guard] = {}
+    guards_used: dict[str, Guard] = {}  # only these: a document names the guards of its routes, no others
     endpoints_used: dict[str, Endpoint] = {}
     for route in routes_in_order():
         representation = route_representation(route)
@@ -165,10 +184,11 @@ def export_asyncapi(server_url: str, *, title: str = "SSE over Kafka", version: 
             "securitySchemes": {name: _security_scheme(guard) for name, guard in sorted(guards_used.items())}
         }
     document[EXTENSION] = {
+        "guards": {name: _guard_settings(guard) for name, guard in sorted(guards_used.items())},
         "endpoints": {
             name: {key: endpoint_representation(endpoint)[argument] for key, (argument, _, _) in _ENDPOINT_KEYS.items()}
             for name, endpoint in sorted(endpoints_used.items())
-        }
+        },
     }
     return document
 
@@ -316,6 +336,18 @@ def _guards_description(guarded: Mapping[str, list[str]]) -> str:
     )
 
 
+def _guard_settings(guard: Guard) -> dict[str, Any]:
+    """A guard as the document carries it: what verifying needs, public key members only."""
+    settings = {key: guard_representation(guard)[argument] for key, (argument, _, _) in _GUARD_KEYS.items()}
+    settings["keys"] = [
+        {name: value for name, value in jwk.items() if name not in PRIVATE_JWK_MEMBERS}
+        if isinstance(jwk, dict)
+        else jwk
+        for jwk in settings["keys"] or []
+    ]
+    return settings
+
+
 def _security_scheme(guard: Guard) -> dict[str, Any]:
     where = "the `authorization: Bearer` header, else the `access_token` query parameter"
     if guard.cookie:
@@ -363,10 +395,17 @@ class ImportResult:
     dry_run: bool
     routes: list[dict[str, Any]] = field(default_factory=list)
     endpoints: list[str] = field(default_factory=list)
+    guards: list[str] = field(default_factory=list)
     ignored: list[dict[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"dry_run": self.dry_run, "routes": self.routes, "endpoints": self.endpoints, "ignored": self.ignored}
+        return {
+            "dry_run": self.dry_run,
+            "routes": self.routes,
+            "guards": self.guards,
+            "endpoints": self.endpoints,
+            "ignored": self.ignored,
+        }
 
 
 def import_asyncapi(document: object, *, dry_run: bool = False, actor: Actor | None = None) -> ImportResult:
@@ -378,20 +417,25 @@ def import_asyncapi(document: object, *, dry_run: bool = False, actor: Actor | N
     actor = actor or Actor(name="asyncapi import", source="import")
     errors: dict[str, list[str]] = {}
     result = ImportResult(dry_run=dry_run)
-    routes, endpoints = _plan(document, errors, result)
+    routes, named = _plan(document, errors, result)
     if errors:
         raise AsyncApiImportError(errors)
     with transaction.atomic():
-        for name, arguments in endpoints.items():
-            try:
-                do_put_endpoint(name=name, actor=actor, **arguments)
-            except ValidationError as exc:
-                for key, messages in _message_dict(exc).items():
-                    where = f"{EXTENSION}.endpoints.{name}"
-                    document_key = _ENDPOINT_DOCUMENT_KEY.get(key)
-                    errors.setdefault(f"{where}.{document_key}" if document_key else where, []).extend(messages)
-            else:
-                result.endpoints.append(name)
+        for kind, put, written in (
+            ("guards", do_put_guard, result.guards),
+            ("endpoints", do_put_endpoint, result.endpoints),
+        ):
+            document_keys = {argument: key for key, (argument, _, _) in _NAMED[kind][1].items()}
+            for name, arguments in named.get(kind, {}).items():
+                try:
+                    put(name=name, actor=actor, **arguments)
+                except ValidationError as exc:
+                    for key, messages in _message_dict(exc).items():
+                        where = f"{EXTENSION}.{kind}.{name}"
+                        document_key = document_keys.get(key)
+                        errors.setdefault(f"{where}.{document_key}" if document_key else where, []).extend(messages)
+                else:
+                    written.append(name)
         for planned in routes:
             existed = Route.objects.filter(name=planned.name).exists()
             try:
@@ -457,8 +501,9 @@ def _resolve(document: Mapping[str, Any], value: Any) -> Any:
 
 def _plan(
     document: object, errors: dict[str, list[str]], result: ImportResult
-) -> tuple[list[_PlannedRoute], dict[str, dict[str, Any]]]:
-    """The routes and endpoints to put, from the document alone (no database); problems go to `errors`."""
+) -> tuple[list[_PlannedRoute], dict[str, dict[str, dict[str, Any]]]]:
+    """The routes, and the guards and endpoints (kind -> name -> do_put_* keywords) to put, from the document
+    alone (no database); problems go to `errors`."""
     if not isinstance(document, Mapping):
         _add(errors, "document", "An AsyncAPI document is an object (YAML mapping or JSON object).")
         return [], {}
@@ -477,7 +522,7 @@ def _plan(
             _add(errors, key, f"`{key}` is an object of id -> {key[:-1]}.")
     if errors:
         return [], {}
-    endpoints = _plan_endpoints(document.get(EXTENSION), errors)
+    named = _plan_named(document.get(EXTENSION), errors)
     secured = _secured_channels(document)
     planned: dict[str, _PlannedRoute] = {}
     unnamed: list[tuple[str, str, dict[str, Any], set[str]]] = []  # channels without x-sse-kafka.route: named last
@@ -522,7 +567,7 @@ def _plan(
     for index, route in enumerate(routes):
         route.arguments.setdefault("position", index)
         route.arguments["name"] = route.name
-    return routes, endpoints
+    return routes, named
 
 
 def _channel(
@@ -638,31 +683,40 @@ def _route_arguments(extension: Mapping[str, Any], where: str, errors: dict[str,
     return arguments
 
 
-def _plan_endpoints(extension: object, errors: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
-    """Endpoints from the document's top-level `x-sse-kafka.endpoints` (our export writes them)."""
+def _plan_named(extension: object, errors: dict[str, list[str]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Guards and endpoints from the document's top-level `x-sse-kafka` (our export writes those its routes use)."""
     if extension is None:
         return {}
-    where = f"{EXTENSION}.endpoints"
-    endpoints = extension.get("endpoints", {}) if isinstance(extension, Mapping) else None
-    if not isinstance(endpoints, Mapping):
-        _add(errors, where, "Endpoints are an object of name -> settings (retry-ms, keepalive-s, cors-origins...).")
+    if not isinstance(extension, Mapping):
+        _add(errors, EXTENSION, f"`{EXTENSION}` is an object with guards and endpoints.")
         return {}
-    planned: dict[str, dict[str, Any]] = {}
-    for name, settings in endpoints.items():
-        if not isinstance(settings, Mapping):
-            _add(errors, f"{where}.{name}", "An endpoint's settings are an object.")
+    for unknown in sorted(set(extension) - set(_NAMED)):
+        _add(errors, f"{EXTENSION}.{unknown}", f"Unknown key: {EXTENSION} has {', '.join(_NAMED)}.")
+    planned: dict[str, dict[str, dict[str, Any]]] = {}
+    for kind, (singular, keys, required) in _NAMED.items():
+        where = f"{EXTENSION}.{kind}"
+        found = extension.get(kind) or {}
+        if not isinstance(found, Mapping):
+            _add(errors, where, f"`{kind}` is an object of {singular} name -> settings.")
             continue
-        arguments: dict[str, Any] = {}
-        for key, value in settings.items():
-            if key not in _ENDPOINT_KEYS:
-                _add(errors, f"{where}.{name}.{key}", f"Unknown key: an endpoint has {', '.join(_ENDPOINT_KEYS)}.")
+        for name, settings in found.items():
+            if not isinstance(settings, Mapping):
+                _add(errors, f"{where}.{name}", f"A {singular}'s settings are an object ({', '.join(keys)}).")
                 continue
-            argument, kind, described = _ENDPOINT_KEYS[key]
-            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                _add(errors, f"{where}.{name}.{key}", f"`{key}` is {described}.")
-                continue
-            arguments[argument] = value
-        planned[str(name)] = arguments
+            arguments: dict[str, Any] = {}
+            for key in required:
+                if key not in settings:
+                    _add(errors, f"{where}.{name}.{key}", f"A {singular} needs `{key}`.")
+            for key, value in settings.items():
+                if key not in keys:
+                    _add(errors, f"{where}.{name}.{key}", f"Unknown key: a {singular} has {', '.join(keys)}.")
+                    continue
+                argument, kind_of_value, described = keys[key]
+                if not isinstance(value, kind_of_value) or (kind_of_value is int and isinstance(value, bool)):
+                    _add(errors, f"{where}.{name}.{key}", f"`{key}` is {described}.")
+                    continue
+                arguments[argument] = value
+            planned.setdefault(kind, {})[str(name)] = arguments
     return planned
 
 

@@ -17,14 +17,15 @@ from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
+from jwt.algorithms import RSAAlgorithm
 from rest_framework.authtoken.models import Token
 
 from bindings.asyncapi import AsyncApiImportError, export_asyncapi, import_asyncapi
-from bindings.models import Change, Endpoint, Route, routes_in_order
-from bindings.representations import endpoint_representation, route_representation
+from bindings.models import Change, Endpoint, Guard, Route, routes_in_order
+from bindings.representations import endpoint_representation, guard_representation, route_representation
 from bindings.selectors import EVENT_ID_KEY_AND_ETAG
 from bindings.services import do_put_endpoint, do_put_guard, do_put_route
-from tests.jwt_keys import guard_fields
+from tests.jwt_keys import guard_fields, private_key, public_jwk
 
 with warnings.catch_warnings():  # asyncapi3 0.0.2 names a pydantic field `schema`, which pydantic warns about
     warnings.simplefilter("ignore", UserWarning)
@@ -242,18 +243,26 @@ def test_an_api_token_of_a_reader_reads_the_document_but_cannot_import(client: C
 # Import
 
 
+def configuration() -> tuple[list[dict[str, Any]], ...]:
+    return (
+        all_routes(),
+        [endpoint_representation(e) for e in Endpoint.objects.order_by("name")],
+        [guard_representation(g) for g in Guard.objects.order_by("name")],
+    )
+
+
 def test_export_then_import_into_an_empty_database_gives_the_same_routes(staff: Client) -> None:
     make_routes()
-    before = all_routes()
-    endpoints = [endpoint_representation(e) for e in Endpoint.objects.order_by("name")]
+    before = configuration()
     text = staff.get("/api/v1/asyncapi.yaml").content
-    Route.objects.all().delete()  # the guard stays: a document names guards, it does not carry their keys
+    Route.objects.all().delete()
     Endpoint.objects.all().delete()
+    Guard.objects.all().delete()
     response = staff.post("/api/v1/import/asyncapi", text, content_type="application/yaml")
     assert response.status_code == 200, response.content
-    assert all_routes() == before
-    assert [endpoint_representation(e) for e in Endpoint.objects.order_by("name")] == endpoints
+    assert configuration() == before
     body = response.json()
+    assert (body["guards"], body["endpoints"]) == (["jwt"], ["default", "eu"])
     assert [(r["name"], r["channels"], r["status"]) for r in body["routes"]] == [
         ("items", ["items", "items-1"], "created"), ("orders", ["orders"], "created"), ("mine", ["mine"], "created")
     ]  # fmt: skip
@@ -263,11 +272,27 @@ def test_export_then_import_into_an_empty_database_gives_the_same_routes(staff: 
 
 def test_importing_the_same_document_again_replaces_and_changes_nothing() -> None:
     make_routes()
-    before = all_routes()
+    before = configuration()
+    changes = Change.objects.count()
     document = export_asyncapi("http://x")
     result = import_asyncapi(document)
     assert [r["status"] for r in result.routes] == ["replaced"] * 3
-    assert all_routes() == before
+    assert configuration() == before
+    assert Change.objects.count() == changes  # the history notes no write that changed nothing
+
+
+def test_a_guard_travels_with_its_public_keys_only() -> None:
+    make_routes()
+    private = json.loads(RSAAlgorithm.to_jwk(private_key("k1")))  # an admin pasting the whole key pair
+    do_put_guard(**guard_fields("jwt", keys=[{**private, "kid": "k1", "alg": "RS256", "use": "sig"}]))
+    guards = export_asyncapi("http://x")["x-sse-kafka"]["guards"]
+    assert list(guards) == ["jwt"]  # only the guards routes use
+    assert guards["jwt"]["issuer"] == "https://auth.example.com"
+    (exported,) = guards["jwt"]["keys"]
+    assert set(exported) & {"d", "p", "q", "dp", "dq", "qi"} == set()
+    assert {name: exported[name] for name in ("kty", "kid", "alg", "n", "e")} == {
+        name: public_jwk()[name] for name in ("kty", "kid", "alg", "n", "e")
+    }
 
 
 FOREIGN = """
@@ -371,6 +396,18 @@ def _document(**extension: Any) -> dict[str, Any]:
             {"asyncapi": "3.0.0", "x-sse-kafka": {"endpoints": {"eu": {"cors-origins": ["https://A.example.com"]}}}},
             "x-sse-kafka.endpoints.eu.cors-origins",
         ),
+        (
+            {"asyncapi": "3.0.0", "x-sse-kafka": {"guards": {"g": {"audience": "a", "keys": []}}}},
+            "x-sse-kafka.guards.g.issuer",
+        ),
+        (
+            {
+                "asyncapi": "3.0.0",
+                "x-sse-kafka": {"guards": {"g": {"issuer": "i", "audience": "a", "keys": [{"kid": "k"}]}}},
+            },
+            "x-sse-kafka.guards.g.keys",
+        ),
+        ({"asyncapi": "3.0.0", "x-sse-kafka": {"routes": {}}}, "x-sse-kafka.routes"),
     ],
 )
 def test_bad_input_is_a_400_naming_the_channel_and_field_and_writes_nothing(
@@ -381,6 +418,7 @@ def test_bad_input_is_a_400_naming_the_channel_and_field_and_writes_nothing(
     assert field in response.json()["errors"], response.json()
     assert Route.objects.count() == 0  # not even the good channel
     assert not Endpoint.objects.filter(name="eu").exists()
+    assert not Guard.objects.exists()
 
 
 def test_a_document_that_is_not_yaml_is_a_400_on_document(staff: Client) -> None:
