@@ -18,7 +18,7 @@ base="http://$WEB_HOST:$WEB_PORT"
 echo
 echo "demo: $base/"
 echo "admin: $base/admin/"
-echo "api: $base/api/v1/"
+echo "api: $base/api/v1/ (docs: $base/api/v1/docs/, AsyncAPI: $base/api/v1/asyncapi.yaml)"
 echo "kafka: $KAFKA_BOOTSTRAP_SERVERS"
 grep -E '^(admin user|admin password):' <<<"$setup"
 echo
