@@ -1,0 +1,156 @@
+"""zilla.yaml over the API: `POST /api/v1/import/zilla` and `GET /api/v1/export/zilla`.
+
+Authentication and permissions are the API's defaults (REST_FRAMEWORK): whoever may write routes may import,
+whoever may read them may export. The import takes the YAML as the body (application/yaml, text/yaml,
+application/x-yaml or text/plain) or as JSON `{"yaml": "..."}`; `?dry_run=true` answers the changes without
+writing, `?prune=true` also deletes the routes the file does not have. Bad input is a 400 problem whose `errors`
+are keyed by where in the file the problem is (`bindings.<binding>.routes[0].with.topic`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from bindings.problems import PROBLEM_CONTENT_TYPE, problem, summary
+from bindings.services import Actor
+from bindings.zilla import ZillaConfigError, do_import_zilla, export_zilla
+
+YAML_CONTENT_TYPE = "application/yaml"
+MAX_YAML_BYTES = 1024 * 1024  # a zilla.yaml is a few kilobytes; refuse before parsing anything huge
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+class YamlParser(BaseParser):
+    """The body as text (UTF-8), parsed later by the import, which names where a problem is."""
+
+    media_type = YAML_CONTENT_TYPE
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
+        data = stream.read(MAX_YAML_BYTES + 1) if stream is not None else b""
+        if len(data) > MAX_YAML_BYTES:
+            raise ParseError(f"A zilla.yaml of more than {MAX_YAML_BYTES} bytes is not imported.")
+        try:
+            return str(data.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"The body is not UTF-8 text: {exc}") from None
+
+
+class TextYamlParser(YamlParser):
+    media_type = "text/yaml"
+
+
+class XYamlParser(YamlParser):
+    media_type = "application/x-yaml"
+
+
+class PlainTextParser(YamlParser):
+    media_type = "text/plain"
+
+
+def _flag(request: Request, name: str) -> bool:
+    return str(request.query_params.get(name, "")).lower() in _TRUE
+
+
+def _bad_request(errors: dict[str, list[str]]) -> Response:
+    body = problem(status.HTTP_400_BAD_REQUEST, summary(errors), errors)
+    return Response(body, status=status.HTTP_400_BAD_REQUEST, content_type=PROBLEM_CONTENT_TYPE)
+
+
+class YamlTextRenderer(BaseRenderer):
+    """Lets a client ask for `application/yaml`; the export view answers the text itself."""
+
+    media_type = YAML_CONTENT_TYPE
+    format = "yaml"
+    charset = "utf-8"
+
+    def render(
+        self, data: Any, accepted_media_type: str | None = None, renderer_context: Mapping[str, Any] | None = None
+    ) -> bytes:
+        return str(data).encode()
+
+
+class _JsonErrors(APIView):
+    def handle_exception(self, exc: Exception) -> Response:
+        """Errors (401, 403, 406, ...) are JSON problems, even when YAML was asked for."""
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = JSONRenderer.media_type
+        return super().handle_exception(exc)
+
+
+_YAML_BODY = dict.fromkeys((YAML_CONTENT_TYPE, "text/yaml", "application/x-yaml"), OpenApiTypes.STR)
+
+
+class ZillaImportView(_JsonErrors):
+    """Import a zilla.yaml: 200 with what was (or, in a dry run, would be) created, updated, unchanged,
+    deleted and ignored; 400 naming the binding, route or guard and the field."""
+
+    parser_classes: ClassVar[list[type[BaseParser]]] = [  # type: ignore[misc]
+        YamlParser,
+        TextYamlParser,
+        XYamlParser,
+        PlainTextParser,
+        JSONParser,
+    ]
+
+    renderer_classes: ClassVar[list[type[BaseRenderer]]] = [JSONRenderer]  # type: ignore[misc]
+
+    @extend_schema(
+        operation_id="zilla_import",
+        tags=["zilla"],
+        summary="Create or replace endpoints, jwt guards and sse-kafka routes from a zilla.yaml (all or nothing)",
+        parameters=[
+            OpenApiParameter("dry_run", bool, description="Report what would change; write nothing."),
+            OpenApiParameter("prune", bool, description="Also delete the routes the file does not have."),
+        ],
+        request={**_YAML_BODY, "text/plain": OpenApiTypes.STR, "application/json": OpenApiTypes.OBJECT},
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def post(self, request: Request) -> Response:
+        data = request.data
+        if isinstance(data, Mapping):
+            text = data.get("yaml")
+            if not isinstance(text, str):
+                return _bad_request({"yaml": ['Send the zilla.yaml as the body, or as JSON {"yaml": "..."}.']})
+        elif isinstance(data, str):
+            text = data
+        else:
+            return _bad_request({"yaml": ["Send the zilla.yaml as the body, e.g. with content-type application/yaml."]})
+        actor = Actor.of(request.user, "import")
+        try:
+            result = do_import_zilla(
+                text, actor=actor, dry_run=_flag(request, "dry_run"), prune=_flag(request, "prune")
+            )
+        except ZillaConfigError as exc:
+            return _bad_request(exc.errors)
+        return Response(result.as_dict())
+
+
+class ZillaExportView(_JsonErrors):
+    """The configuration as a zilla.yaml; `?strict=true` writes Zilla's schema only. Notes (our extensions,
+    or what strict left out) lead the file as comments."""
+
+    renderer_classes: ClassVar[list[type[BaseRenderer]]] = [YamlTextRenderer, JSONRenderer]  # type: ignore[misc]
+
+    @extend_schema(
+        operation_id="zilla_export",
+        tags=["zilla"],
+        summary="The configuration as a zilla.yaml",
+        parameters=[OpenApiParameter("strict", bool, description="Zilla's schema only: leave out our extensions.")],
+        responses={(200, YAML_CONTENT_TYPE): OpenApiTypes.STR},
+    )
+    def get(self, request: Request) -> HttpResponse:
+        text, notes = export_zilla(strict=_flag(request, "strict"))
+        header = "".join("# " + " ".join(note.split()) + "\n" for note in notes)  # a note never breaks the YAML
+        return HttpResponse(header + text, content_type=f"{YAML_CONTENT_TYPE}; charset=utf-8")
