@@ -18,12 +18,14 @@ or nothing, every write through `bindings.services`; problems are keyed by where
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import yaml
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import transaction
 
@@ -191,6 +193,18 @@ def export_asyncapi(server_url: str, *, title: str = "SSE over Kafka", version: 
         },
     }
     return document
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Writes each shared object out in full: the import refuses aliases (see `_NoAliasLoader`)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump_yaml(document: Mapping[str, Any]) -> str:
+    """The document as YAML, keys in the order they were built, no aliases."""
+    return yaml.dump(document, Dumper=_NoAliasDumper, sort_keys=False, allow_unicode=True)
 
 
 def _server(server_url: str) -> dict[str, Any]:
@@ -406,6 +420,30 @@ class ImportResult:
             "endpoints": self.endpoints,
             "ignored": self.ignored,
         }
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """Safe YAML without aliases: `*name` can make a document that refers to itself, or one that is tiny as text
+    and huge as data, and an AsyncAPI document has no use for them."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted here", mark)
+        return super().compose_node(parent, index)
+
+
+def parse_document(text: str | bytes, *, is_json: bool = False) -> object:
+    """A document from YAML (JSON is YAML too) or, with `is_json`, strict JSON; AsyncApiImportError naming
+    `document` if it is neither."""
+    try:
+        if isinstance(text, bytes):
+            text = text.decode()
+        return json.loads(text) if is_json else yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506
+    except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError, RecursionError) as exc:
+        what = "JSON" if is_json else "YAML or JSON"
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise AsyncApiImportError({"document": [f"Not valid {what}: {reason}"]}) from None
 
 
 def import_asyncapi(document: object, *, dry_run: bool = False, actor: Actor | None = None) -> ImportResult:

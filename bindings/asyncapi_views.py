@@ -8,11 +8,9 @@ in the document (`channels.items.x-sse-kafka.topic`) to its messages.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.exceptions import ValidationError
@@ -21,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from bindings.asyncapi import AsyncApiImportError, export_asyncapi, import_asyncapi
+from bindings.asyncapi import AsyncApiImportError, dump_yaml, export_asyncapi, import_asyncapi, parse_document
 from bindings.services import Actor
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -36,7 +34,7 @@ class YAMLRenderer(BaseRenderer):
     def render(
         self, data: Any, accepted_media_type: str | None = None, renderer_context: Mapping[str, Any] | None = None
     ) -> bytes:
-        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True).encode()
+        return dump_yaml(data).encode()
 
 
 class _JSONErrors(APIView):
@@ -100,12 +98,7 @@ class AsyncApiImportView(_JSONErrors):
         if dry_run_text not in _TRUE | _FALSE:
             raise ValidationError({"dry_run": ["Give dry_run=1 (validate and report only) or dry_run=0."]})
         try:
-            text = request.body.decode()
-            is_json = "json" in (request.content_type or "")
-            document = json.loads(text) if is_json else yaml.safe_load(text)
-        except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
-            raise ValidationError({"document": [f"Not valid YAML or JSON: {exc}"]}) from None
-        try:
+            document = parse_document(request.body, is_json="json" in (request.content_type or ""))
             result = import_asyncapi(document, dry_run=dry_run_text in _TRUE, actor=Actor.of(request.user, "api"))
         except AsyncApiImportError as exc:
             raise ValidationError(exc.errors) from None

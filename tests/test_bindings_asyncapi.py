@@ -421,9 +421,20 @@ def test_bad_input_is_a_400_naming_the_channel_and_field_and_writes_nothing(
     assert not Guard.objects.exists()
 
 
-def test_a_document_that_is_not_yaml_is_a_400_on_document(staff: Client) -> None:
-    response = staff.post("/api/v1/import/asyncapi", "channels: [unclosed", content_type="application/yaml")
-    assert response.status_code == 400
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        ("channels: [unclosed", "application/yaml"),
+        ("{'asyncapi': '3.0.0'}", "application/json"),  # YAML, but not JSON
+        ("asyncapi: 3.0.0\nchannels: &loop {a: *loop}", "application/yaml"),  # refers to itself
+        ("[" * 100_000 + "]" * 100_000, "application/yaml"),
+        ("[" * 100_000 + "]" * 100_000, "application/json"),
+        (b"asyncapi: \xff", "application/yaml"),
+    ],
+)
+def test_a_body_that_is_not_a_document_is_a_400_on_document(staff: Client, body: str, content_type: str) -> None:
+    response = staff.post("/api/v1/import/asyncapi", body, content_type=content_type)
+    assert response.status_code == 400, response.content
     assert list(response.json()["errors"]) == ["document"]
 
 

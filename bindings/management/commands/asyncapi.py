@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bindings.asyncapi import AsyncApiImportError, export_asyncapi, import_asyncapi
+from bindings.asyncapi import AsyncApiImportError, dump_yaml, export_asyncapi, import_asyncapi, parse_document
 from bindings.services import Actor
 
 
@@ -42,18 +41,16 @@ class Command(BaseCommand):
         if as_json:
             self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False))
         else:
-            self.stdout.write(yaml.safe_dump(document, sort_keys=False, allow_unicode=True), ending="")
+            self.stdout.write(dump_yaml(document), ending="")
 
     def _import(self, path: Path, *, dry_run: bool) -> None:
         try:
-            document = yaml.safe_load(path.read_text())  # JSON is YAML too
+            text = path.read_bytes()
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc}") from None
-        except yaml.YAMLError as exc:
-            raise CommandError(f"{path} is not YAML or JSON: {exc}") from None
         try:
             result = import_asyncapi(
-                document, dry_run=dry_run, actor=Actor(name="manage.py asyncapi", source="command")
+                parse_document(text), dry_run=dry_run, actor=Actor(name="manage.py asyncapi", source="command")
             )
         except AsyncApiImportError as exc:
             problems = "\n  ".join(f"{where}: {' '.join(messages)}" for where, messages in exc.errors.items())
