@@ -32,6 +32,7 @@ from django.db import transaction
 from bindings.models import (
     EVENT_ID_ETAG,
     EVENT_ID_KEY_AND_ETAG,
+    PRIVATE_JWK_MEMBERS,
     START_HISTORICAL,
     Endpoint,
     Guard,
@@ -44,8 +45,6 @@ from bindings.services import Actor, do_put_endpoint, do_put_guard, do_put_route
 
 EXTENSION = "x-sse-kafka"
 SSE_PROTOCOLS = frozenset({"http", "https", "sse"})
-# RFC 7517/7518 private members: a guard only needs public keys, and a document is read by more people than an admin.
-PRIVATE_JWK_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
 EVENT_ID_FORMS = {"etag": EVENT_ID_ETAG, "key-and-etag": EVENT_ID_KEY_AND_ETAG}
 _FORM_OF_EVENT_ID = {template: form for form, template in EVENT_ID_FORMS.items()}
 

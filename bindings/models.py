@@ -40,6 +40,8 @@ SLOW_CLIENT_CONFLATE = "conflate"
 
 DEFAULT_ENDPOINT = "default"
 # Only public-key algorithms: a guard holds keys that verify, never secrets that could also sign.
+# RFC 7517/7518 members that only private (or symmetric) keys have.
+PRIVATE_JWK_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
 ASYMMETRIC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 
 
@@ -205,6 +207,16 @@ def key_errors(keys: list[Any]) -> Iterator[tuple[int, str]]:
             yield index, f"`kid` {kid!r} is used twice."
         else:
             seen.add(kid)
+        private = sorted(PRIVATE_JWK_MEMBERS & jwk.keys())
+        if private:
+            yield (
+                index,
+                (
+                    f"this is a private key ({', '.join(private)}): give only the public key; a guard verifies tokens "
+                    "and must never hold what signs them."
+                ),
+            )
+            continue
         if not isinstance(alg, str) or alg not in ASYMMETRIC_ALGORITHMS:
             yield index, f"`alg` must be one of {', '.join(ASYMMETRIC_ALGORITHMS)} (a public-key algorithm)."
             continue

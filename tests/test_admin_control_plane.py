@@ -56,7 +56,7 @@ def test_the_admin_creates_a_guard_and_records_who_did(admin_client: Client) -> 
     ("fields", "field", "message"),
     [
         ({"keys": "[]"}, "keys", "A guard needs its public keys, or a JWKS URL to read them from."),
-        ({"keys": json.dumps([{"kid": "k", "alg": "HS256", "kty": "oct", "k": "c2VjcmV0"}])}, "keys", "public-key"),
+        ({"keys": json.dumps([{"kid": "k", "alg": "HS256", "kty": "oct", "k": "c2VjcmV0"}])}, "keys", "private key"),
         ({"keys": json.dumps([{**public_jwk(), "n": "not base64!"}])}, "keys", "not a usable RS256 public key"),
         ({"keys": json.dumps([{k: v for k, v in public_jwk().items() if k != "kid"}])}, "keys", "needs a `kid`"),
         ({"jwks_url": "https://auth.example.com/jwks.json"}, "jwks_url", "not both"),

@@ -14,6 +14,7 @@ import pydantic
 import pytest
 import yaml
 from django.contrib.auth.models import Group, User
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
@@ -284,7 +285,10 @@ def test_importing_the_same_document_again_replaces_and_changes_nothing() -> Non
 def test_a_guard_travels_with_its_public_keys_only() -> None:
     make_routes()
     private = json.loads(RSAAlgorithm.to_jwk(private_key("k1")))  # an admin pasting the whole key pair
-    do_put_guard(**guard_fields("jwt", keys=[{**private, "kid": "k1", "alg": "RS256", "use": "sig"}]))
+    with pytest.raises(DjangoValidationError) as refused:
+        do_put_guard(**guard_fields("jwt", keys=[{**private, "kid": "k1", "alg": "RS256", "use": "sig"}]))
+    assert "private key" in refused.value.message_dict["keys"][0]
+    do_put_guard(**guard_fields("jwt"))
     guards = export_asyncapi("http://x")["x-sse-kafka"]["guards"]
     assert list(guards) == ["jwt"]  # only the guards routes use
     assert guards["jwt"]["issuer"] == "https://auth.example.com"
