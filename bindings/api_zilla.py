@@ -148,7 +148,8 @@ class ZillaExportView(_JsonErrors):
         tags=["zilla"],
         summary="The configuration as a zilla.yaml",
         parameters=[OpenApiParameter("strict", bool, description="Zilla's schema only: leave out our extensions.")],
-        responses={(200, YAML_CONTENT_TYPE): OpenApiTypes.STR},
+        # The YAML text is a document (an object), as clients that parse YAML, like schemathesis, read it.
+        responses={(200, YAML_CONTENT_TYPE): OpenApiTypes.OBJECT},
     )
     def get(self, request: Request) -> HttpResponse:
         text, notes = export_zilla(strict=_flag(request, "strict"))

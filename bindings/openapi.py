@@ -29,7 +29,9 @@ PROBLEM_SCHEMA: dict[str, Any] = {
         "detail": {"type": "string", "description": "What went wrong, for people."},
         "errors": {
             "type": "object",
-            "description": "Bad field -> messages; keys like topic, paths[1], filters[0].key; empty if no field is at fault.",
+            "description": (
+                "Bad field -> messages; keys like topic, paths[1], filters[0].key; empty if no field is at fault."
+            ),
             "additionalProperties": {"type": "array", "items": {"type": "string"}},
         },
     },
@@ -37,13 +39,13 @@ PROBLEM_SCHEMA: dict[str, Any] = {
 }
 
 PROBLEM_DESCRIPTIONS = {
-    "400": "Bad input: `errors` names each bad field (a body, or a query parameter of a list).",
+    "400": "Bad input: `errors` names each bad field, of the body or of a query parameter.",
     "401": "No credentials or bad ones: send `Authorization: Token <key>` (see `manage.py api_token`).",
     "403": "Signed in without the right: readers (group api-readers) read, staff write.",
-    "404": "No such object, or no such URL.",
+    "404": "No such object, no such URL, or a `?format=` the API does not write (DRF's format override).",
     "406": "The Accept header names no media type the API writes (it writes JSON).",
     "409": "Routes still use it: move or delete them first.",
-    "415": "The body is not JSON (or a form).",
+    "415": "The body's media type is not one the operation reads (JSON, unless it says otherwise).",
 }
 # Deleting an endpoint or a guard that routes use is refused; a route can always be deleted.
 CONFLICT_ON_DELETE = ("/api/v1/endpoints/{name}/", "/api/v1/guards/{name}/")
@@ -110,9 +112,7 @@ def add_problem_responses(result: dict[str, Any], **kwargs: Any) -> dict[str, An
     for path, operations in result.get("paths", {}).items():
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
-            statuses = ["401", "403", "406"]
-            if "{" in path:
-                statuses.append("404")
+            statuses = ["401", "403", "404", "406"]
             if method in ("post", "put", "patch"):
                 statuses += ["400", "415"]
             elif method == "get" and "{" not in path:

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from rest_framework.authtoken.models import Token
@@ -33,7 +34,10 @@ class Command(BaseCommand):
         if user is None:
             user = user_model(username=username)
             user.set_unusable_password()
-            user.full_clean(exclude=["password"])  # a username Django refuses is a clear error, not a row
+            try:
+                user.full_clean(exclude=["password"])
+            except ValidationError as exc:
+                raise CommandError(f"Cannot create user {username!r}: {' '.join(exc.messages)}") from None
             user.save()
             self.stderr.write(f"created user {username!r}")
         if not user.is_active:
