@@ -1,7 +1,8 @@
-"""The API's body parser: JSON, refusing NUL characters with a 400 that names where they are.
+"""The API's body parser: JSON, refusing text Postgres cannot store with a 400 that names where it is.
 
-Postgres stores no NUL character in text or jsonb, so a body carrying one can never be saved; left to the
-database it would be a 500 from deep inside a write (a filter's key, a JWK's `kid`, a header name ...).
+Postgres stores no NUL character in text or jsonb, and UTF-8 cannot encode a lone surrogate (JSON's `\\ud800`
+escape without its pair); left to the database either would be a 500 from deep inside a write (a filter's key,
+a JWK's `kid`, a header name ...).
 """
 
 from __future__ import annotations
@@ -14,30 +15,45 @@ from rest_framework.exceptions import ValidationError
 
 NUL = "\x00"
 NUL_MESSAGE = "Null characters are not allowed."
+SURROGATE_MESSAGE = "Lone surrogates (a \\ud800-\\udfff escape without its pair) are not text and are not allowed."
 
 
-def nul_paths(data: object, path: str = "") -> list[str]:
-    """Where `data` holds a NUL character, as field keys like `filters[0].key` (a key's own dict if in a key)."""
-    found: list[str] = []
+def text_error(text: str) -> str | None:
+    """Why `text` cannot be stored, or None if it can."""
+    if NUL in text:
+        return NUL_MESSAGE
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return SURROGATE_MESSAGE
+    return None
+
+
+def text_errors(data: object, path: str = "") -> dict[str, str]:
+    """Where `data` holds text that cannot be stored, as field keys like `filters[0].key` -> why (a key's fault is
+    its object's); the keys are printable even when the bad text is in one."""
+    found: dict[str, str] = {}
     if isinstance(data, str):
-        if NUL in data:
-            found.append(path)
+        message = text_error(data)
+        if message:
+            found[path] = message
     elif isinstance(data, Mapping):
         for key, value in data.items():
-            if NUL in str(key):
-                found.append(path)
+            message = text_error(str(key))
+            if message:
+                found.setdefault(path, message)
                 continue
-            found.extend(nul_paths(value, f"{path}.{key}" if path else str(key)))
+            found.update(text_errors(value, f"{path}.{key}" if path else str(key)))
     elif isinstance(data, list):
         for index, item in enumerate(data):
-            found.extend(nul_paths(item, f"{path}[{index}]"))
+            found.update(text_errors(item, f"{path}[{index}]"))
     return found
 
 
 class JSONParser(parsers.JSONParser):
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         data = super().parse(stream, media_type, parser_context)
-        found = nul_paths(data)
+        found = text_errors(data)
         if found:
-            raise ValidationError({path or "non_field_errors": [NUL_MESSAGE] for path in dict.fromkeys(found)})
+            raise ValidationError({path or "non_field_errors": [message] for path, message in found.items()})
         return data

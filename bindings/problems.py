@@ -48,13 +48,21 @@ def _phrase(status: int) -> str:
         return "Error"
 
 
+def printable(text: str) -> str:
+    """`text` with lone surrogates (from a JSON or YAML `\\udXXX` escape) spelled out as escapes: UTF-8 cannot
+    encode them, so a message quoting the bad input would otherwise fail to render, a 500."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def problem(status: int, detail: str, errors: Errors | None = None) -> dict[str, Any]:
     return {
         "type": PROBLEM_TYPE,
         "title": _phrase(status),
         "status": status,
-        "detail": detail,
-        "errors": errors or {},
+        "detail": printable(detail),
+        "errors": {
+            printable(field): [printable(message) for message in messages] for field, messages in (errors or {}).items()
+        },
     }
 
 

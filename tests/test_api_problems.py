@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -67,6 +68,20 @@ def test_a_nul_character_is_a_400_naming_where_it_is(api: Client, body: dict[str
     collection = "guards" if "issuer" in body else "routes"
     problem = problem_of(api.post(f"/api/v1/{collection}/", body, content_type="application/json"), 400)
     assert problem["errors"] == {field: ["Null characters are not allowed."]}
+
+
+def test_a_lone_surrogate_is_a_400_naming_where_it_is(api: Client) -> None:
+    body = '{"name": "items", "topic": "t", "paths": ["/a"], "filters": [{"key": "\\udb9a"}]}'
+    problem = problem_of(api.post("/api/v1/routes/", body, content_type="application/json"), 400)
+    assert list(problem["errors"]) == ["filters[0].key"]
+    assert problem["errors"]["filters[0].key"][0].startswith("Lone surrogates")
+
+
+def test_a_problem_quoting_a_lone_surrogate_still_renders(api: Client) -> None:
+    """Found by schemathesis: a YAML key `"\\udb9a"` quoted in an import's 400 made the JSON renderer fail."""
+    response = api.post("/api/v1/import/zilla", '{"\\udb9a": 1}', content_type="text/plain")
+    problem = problem_of(response, 400)
+    assert "\\udb9a" in json.dumps(problem, ensure_ascii=True)
 
 
 def test_malformed_json_is_a_400_parse_error(api: Client) -> None:
