@@ -55,7 +55,11 @@ class _Edit:
         filter_forms = self.filters.live_forms()
         guards = None
         if self.guards is not None and self.guards.is_bound and self.guards.is_valid():
-            guards = [f.cleaned_data["guard"].name for f in self.guards.live_forms() if f.cleaned_data.get("guard")]
+            guards = {
+                f.cleaned_data["guard"].name: set(f.cleaned_data["guard"].attributes)
+                for f in self.guards.live_forms()
+                if f.cleaned_data.get("guard")
+            }
         topic_errors, condition_errors, filter_errors = check_route_params(
             form.cleaned_data.get("topic"),
             [f.instance if f.is_valid() else None for f in condition_forms],
@@ -221,6 +225,10 @@ class GuardAdmin(_Recorded, admin.ModelAdmin[Guard]):
     @staticmethod
     def state(obj: Any) -> dict[str, Any] | None:
         return guard_representation(obj)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Guard | None = None) -> Any:
+        # Routes' templates name the guard: a guard keeps its name, as in the API.
+        return ("name",) if obj is not None else ()
 
 
 @admin.register(Change)

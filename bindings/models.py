@@ -7,7 +7,7 @@ pattern) run in `check_route_params`, which the admin and `bindings.services` sh
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -27,6 +27,7 @@ from bindings.patterns import (
     check_topic_name,
     check_value_path,
     guard_refs,
+    guard_values,
     parse_path,
 )
 
@@ -478,10 +479,11 @@ def check_route_params(
     topic: str | None,
     conditions: Sequence[RouteCondition | None],
     filters: Sequence[RouteFilter | None],
-    guards: Iterable[str] | None = None,
+    guards: Iterable[str] | Mapping[str, Collection[str]] | None = None,
 ) -> tuple[list[str], dict[int, list[str]], dict[int, dict[str, list[str]]]]:
     """Check the `${params.x}` of the topic and filters against every condition's pattern, and their
-    `${guarded['g']...}` against the route's `guards` (None: not checked).
+    `${guarded['g']...}` against the route's `guards` (None: not checked; a mapping of guard name -> attribute
+    names checks the attributes too).
 
     Entries that are None, or that failed their own validation, are left out (they carry their own errors).
     Returns (topic errors, errors by condition index -> messages, errors by filter index -> field -> messages).
@@ -507,6 +509,13 @@ def check_route_params(
                 template_errors.setdefault(where, []).append(
                     f"${{guarded[{guard!r}]...}}: the route is not guarded by {guard!r}."
                 )
+            if isinstance(guards, Mapping):  # guard -> its attribute names: check those too
+                for guard, value in sorted(guard_values(template)):
+                    attribute = value.removeprefix("attributes.")
+                    if guard in guards and value != "identity" and attribute not in guards[guard]:
+                        template_errors.setdefault(where, []).append(
+                            f"${{guarded[{guard!r}].{value}}}: guard {guard!r} has no attribute {attribute!r}."
+                        )
     filter_errors: dict[int, dict[str, list[str]]] = {}
     for (index, field), messages in template_errors.items():
         if index >= 0:

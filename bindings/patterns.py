@@ -71,6 +71,11 @@ def template_params(template: str) -> set[str]:
     return set(_TEMPLATE_REF.findall(template))
 
 
+def guard_values(template: str) -> set[tuple[str, str]]:
+    """(guard, value) for each `${guarded['<guard>'].<value>}` of a template: `identity` or `attributes.<name>`."""
+    return {(m.group(1), m.group(2)) for e in _EXPRESSION.findall(template) if (m := _GUARDED.fullmatch(e)) is not None}
+
+
 def guard_refs(template: str) -> set[str]:
     """The guard names a template refers to with `${guarded['<guard>']...}`."""
     return {m.group(1) for e in _EXPRESSION.findall(template) if (m := _GUARDED.fullmatch(e)) is not None}

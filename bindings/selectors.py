@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 # The two `with.event.id` values Zilla accepts (they select an encoding, they are not templates) and the two
 # start positions: the models define them as their choices, the data plane reads them here.
 from bindings.models import (
+    ASYMMETRIC_ALGORITHMS,
     EVENT_ID_ETAG,
     EVENT_ID_KEY_AND_ETAG,
     SLOW_CLIENT_CLOSE,
@@ -24,6 +25,7 @@ from bindings.models import (
 )
 
 __all__ = [
+    "ASYMMETRIC_ALGORITHMS",
     "EVENT_ID_ETAG",
     "EVENT_ID_KEY_AND_ETAG",
     "SLOW_CLIENT_CLOSE",

@@ -215,7 +215,7 @@ def do_put_route(
         None if "topic" in errors else topic,
         conditions,
         built,
-        guards=None if "guarded" in errors else [g.guard.name for g in route_guards],
+        guards=None if "guarded" in errors else {g.guard.name: set(g.guard.attributes) for g in route_guards},
     )
     if topic_errors:
         _add(errors, "topic", topic_errors)

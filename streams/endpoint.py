@@ -18,11 +18,12 @@ from urllib.parse import parse_qs
 
 from django.conf import settings
 
+from bindings.patterns import TOPIC_NAME
 from bindings.selectors import EVENT_ID_KEY_AND_ETAG, SLOW_CLIENT_CONFLATE, EndpointSpec, RouteSpec
 from streams import sse
 from streams.event_id import parse_id
 from streams.filters import compile_filters
-from streams.guards import Refusal, Session, authorise, credentials
+from streams.guards import Refusal, Session, accepted_by_any, authorise, credentials
 from streams.hub import Hub, TopicState, current_hub, get_hub
 from streams.kafka import HistoricalReader, KafkaUnavailableError, ReaderStats, Record, TopicNotFoundError
 from streams.positions import parse_since
@@ -240,7 +241,11 @@ class Stream:
 
     async def challenge_response(self, path: str) -> None:
         """A client's answer to a `challenge` event: always 204; its token renews matching streams everywhere."""
-        matched = await route_table.match(path)
+        try:
+            matched = await route_table.match(path)
+        except Exception:
+            log.warning("challenge response: routes cannot be read", exc_info=True)
+            matched = None
         if matched is not None:
             self.cors = cors_headers(matched.route.endpoint, _header(self.scope, b"origin"))
         while True:  # the body is empty by contract; read it to the end whatever it is
@@ -250,7 +255,8 @@ class Stream:
         await self.send({"type": "http.response.start", "status": 204, "headers": list(self.cors)})
         await self.send({"type": "http.response.body", "body": b""})
         token = credentials(self.scope)
-        if token is not None:
+        # Only a token one of our guards accepts goes to every process: garbage stays here.
+        if token is not None and await accepted_by_any(route_table.guards(), token):
             await broadcast(token)
 
     async def refuse(self, refusal: Refusal) -> None:
@@ -258,7 +264,10 @@ class Stream:
         if refusal.status == 401:  # noqa: PLR2004
             challenge = b'Bearer realm="sse"' + (b', error="invalid_token"' if refusal.token_given else b"")
             headers = ((b"www-authenticate", challenge), *headers)
-        title = "Unauthorized" if refusal.status == 401 else "Forbidden"  # noqa: PLR2004
+        titles = {401: "Unauthorized", 403: "Forbidden", 503: "Service unavailable"}
+        if refusal.status == 503:  # noqa: PLR2004
+            headers = ((b"retry-after", b"5"), *headers)
+        title = titles[refusal.status]
         await problem(self.send, refusal.status, title, refusal.detail, headers=headers)
 
     async def preflight(self, path: str) -> None:
@@ -279,6 +288,11 @@ class Stream:
 
     async def serve(self, matched: Match, resume: bytes | None, since_ms: int | None, *, head_only: bool) -> None:
         route = matched.route
+        if not TOPIC_NAME.fullmatch(matched.topic):
+            await self.problem(
+                404, "Unknown topic", f"{matched.topic!r} is not a Kafka topic name.", topic=matched.topic
+            )
+            return
         hub = get_hub()
         try:
             state = await hub.topic(matched.topic)
@@ -310,12 +324,14 @@ class Stream:
         pump = Pump(hub, state, subscription, starts, send=self.send, flow=flow, conflate=conflate)
         self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump
-        open_streams.add(self, route, lambda: self.end("route changed"))
-        if self.sessions:
-            sessions.add(self)
-            self.schedule_authorisation()
         StreamStats.open_streams += 1
         try:
+            open_streams.add(self, route, lambda: self.end("route changed"))
+            if route_table.changed_since(route):  # changed while this stream was set up
+                self.end("route changed")
+            if self.sessions:
+                sessions.add(self)
+                self.schedule_authorisation()
             await self.race(pump.run(route.endpoint.keepalive_s), matched.topic, self.stop)
         finally:
             StreamStats.open_streams -= 1
@@ -379,6 +395,8 @@ class Stream:
         if self.stop is not None and not self.stop.done():
             log.debug("ending a stream: %s", reason)
             self.stop.set_result(reason)
+            if self.pump is not None:
+                self.pump.stopped = True  # nothing more goes out, not even from the hub's direct writes
 
     async def subscribe(
         self, hub: Hub, state: TopicState, matched: Match, resume: bytes | None, since_ms: int | None
@@ -461,6 +479,7 @@ class Pump:
         self.backlog: list[Record] = []  # records from the historical reader not written yet
         self.history_partitions: set[int] = set()
         self.injected = b""
+        self.stopped = False
         self.state = hub.attach(state, starts, self)
 
     def inject(self, data: bytes) -> None:
@@ -477,6 +496,8 @@ class Pump:
             self.history = None
 
     async def write(self, data: bytes) -> None:
+        if self.stopped:
+            return
         if self.flow is not None:
             self.flow.write(data)
         else:
@@ -492,6 +513,7 @@ class Pump:
             or flow.paused
             or flow.closed
             or self.injected
+            or self.stopped
             or not self.subscription.settled
         ):
             return None
@@ -505,7 +527,7 @@ class Pump:
         """The hub's fan-out: while the task is parked and the connection has room, write here and now (no task
         switch per client per batch); anything else is the task's to do. Returns what it wrote."""
         flow = self.flow
-        if not self.idle or flow is None or flow.paused or flow.closed or self.injected:
+        if not self.idle or flow is None or flow.paused or flow.closed or self.injected or self.stopped:
             self.waiter.set()
             return None
         before = self.subscription.delivered
@@ -531,6 +553,8 @@ class Pump:
             self.waiter.set()
 
     def _keepalive(self) -> None:
+        if self.stopped:
+            return
         idle_for = self.loop.time() - self.last_write
         if idle_for >= self.keepalive:
             if self.idle and self.flow is not None and not self.flow.paused:

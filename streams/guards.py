@@ -14,10 +14,12 @@ path (a list as is, a string split on whitespace), and a token without that clai
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
@@ -27,7 +29,8 @@ import jwt
 from jwt import PyJWK, PyJWKClient
 from jwt.exceptions import PyJWKClientError, PyJWTError
 
-from bindings.selectors import GuardSpec
+from bindings.patterns import guard_values
+from bindings.selectors import ASYMMETRIC_ALGORITHMS, GuardSpec, RouteSpec
 from streams.routing import Match
 
 log = logging.getLogger(__name__)
@@ -38,6 +41,16 @@ MISSING = object()
 
 class InvalidToken(Exception):
     """A token this guard does not accept; the message says why (logged, never sent to the client)."""
+
+
+class KeysUnavailable(Exception):
+    """The guard's JWKS URL cannot be read or holds no usable key: our fault, not the token's."""
+
+
+# JWKS fetches block; they get threads of their own so a slow identity provider never holds up the threads that
+# load routes.
+_jwks_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="jwks")
+JWKS_TIMEOUT_S = 5
 
 
 @dataclass(frozen=True)
@@ -83,15 +96,30 @@ class Verifier:
                 self.keys[jwk["kid"]] = PyJWK(jwk, algorithm=jwk["alg"])
             except (PyJWTError, KeyError, TypeError, ValueError):
                 log.warning("guard %s: a key cannot be used and is skipped (kid %r)", spec.name, jwk.get("kid"))
-        self.client = PyJWKClient(spec.jwks_url, cache_keys=True, lifespan=300) if spec.jwks_url else None
+        # The key set is cached for `lifespan` and refetched on an unknown kid; no per-key cache, so a key the
+        # provider withdraws stops verifying within that time.
+        self.client = (
+            PyJWKClient(spec.jwks_url, cache_keys=False, lifespan=300, timeout=JWKS_TIMEOUT_S)
+            if spec.jwks_url
+            else None
+        )
 
     async def key_for(self, token: str, header: Mapping[str, Any]) -> PyJWK:
         kid, alg = header.get("kid"), header.get("alg")
         if self.client is not None:
+            if not isinstance(kid, str):
+                raise InvalidToken("no kid")
             try:
-                key = await asyncio.to_thread(self.client.get_signing_key_from_jwt, token)
+                key = await asyncio.get_running_loop().run_in_executor(_jwks_pool, self.client.get_signing_key, kid)
             except PyJWKClientError as exc:
-                raise InvalidToken(f"no key for kid {kid!r} at the JWKS URL: {exc}") from None
+                if "Unable to find a signing key" in str(exc):
+                    raise InvalidToken(f"no key for kid {kid!r} at the JWKS URL") from None
+                raise KeysUnavailable(f"guard {self.spec.name}: JWKS: {exc}") from None
+            except (PyJWTError, ValueError, OSError) as exc:
+                raise KeysUnavailable(f"guard {self.spec.name}: JWKS: {exc}") from None
+            if key.algorithm_name not in ASYMMETRIC_ALGORITHMS or not getattr(key, "_jwk_data", {}).get("alg"):
+                # Zilla matches only keys that state their alg; a secret published in a JWKS would let anyone sign.
+                raise InvalidToken(f"the JWKS key {kid!r} is not a public key with an alg")
         else:
             found = self.keys.get(kid) if isinstance(kid, str) else None
             if found is None:
@@ -114,7 +142,16 @@ class Verifier:
                 algorithms=[key.algorithm_name],
                 issuer=self.spec.issuer,
                 audience=self.spec.audience,
-                options={"require": ["iss", "aud"], "verify_exp": True, "verify_nbf": True},
+                # As Zilla: exp and nbf, iss and aud; not iat (a provider's clock a little ahead would refuse fresh
+                # tokens), nor the types of sub and jti (the identity may come from another claim).
+                options={
+                    "require": ["iss", "aud"],
+                    "verify_exp": True,
+                    "verify_nbf": True,
+                    "verify_iat": False,
+                    "verify_sub": False,
+                    "verify_jti": False,
+                },
             )
         except PyJWTError as exc:
             raise InvalidToken(str(exc)) from None
@@ -132,12 +169,11 @@ class Verifier:
             value = claim(claims, path)
             if value is not MISSING and value is not None:
                 attributes[name] = _text(value)
-        exp = claims.get("exp")
         return Session(
             identity=None if identity is MISSING or identity is None else _text(identity),
             roles=roles,
             attributes=attributes,
-            expires_at=float(exp) if isinstance(exp, int | float) else None,
+            expires_at=None if claims.get("exp") is None else float(int(claims["exp"])),  # PyJWT checked int(exp)
         )
 
 
@@ -192,6 +228,18 @@ def credentials(scope: Scope, cookie: str = "") -> str | None:
     return None
 
 
+STRENGTH = {401: 0, 503: 1, 403: 2}  # which refusal to answer when several routes refused
+
+
+def route_guard_values(route: RouteSpec) -> set[tuple[str, str]]:
+    """(guard, value) pairs the route's templates read, value being `identity` or `attributes.<name>`."""
+    templates = [route.topic]
+    for spec in route.filters:
+        templates.extend(t for t in (spec.key, spec.value.equals if spec.value else None) if t)
+        templates.extend(value for _, value in spec.headers)
+    return {pair for template in templates for pair in guard_values(template)}
+
+
 @dataclass
 class Refusal:
     """Why no route authorised a request: 401 (no or bad token) or 403 (valid, without the roles)."""
@@ -230,14 +278,35 @@ async def authorise(candidates: Iterable[Match], scope: Scope) -> Authorised | R
                 log.info("route %s, guard %s: token refused: %s", match.route.name, guard.name, exc)
                 failed = Refusal(401, "The token is not valid for this stream (expired, or not ours).", True)
                 break
+            except KeysUnavailable as exc:
+                log.warning("route %s: %s", match.route.name, exc)
+                failed = Refusal(503, "The keys that verify tokens for this stream cannot be read now.", True)
+                break
             if session.roles is None or not set(roles) <= session.roles:
                 failed = Refusal(403, "The token does not carry the roles this stream needs.", True)
                 break
             sessions[guard.name] = session
         if failed is None:
             guarded = {name: session.values() for name, session in sessions.items()}
-            return Authorised(Match(match.route, match.params, guarded), sessions)
-        if refusal is None or failed.status > refusal.status:
+            lacking = sorted(
+                f"{guard}.{value}"
+                for guard, value in route_guard_values(match.route)
+                if value not in guarded.get(guard, {})
+            )
+            if not lacking:
+                return Authorised(Match(match.route, match.params, guarded), sessions)
+            # A template would render empty and match what it should not: the token lacks what the route reads.
+            failed = Refusal(403, f"The token lacks what this stream needs: {', '.join(lacking)}.", True)
+        if refusal is None or STRENGTH[failed.status] > STRENGTH[refusal.status]:
             refusal = failed
     assert refusal is not None  # noqa: S101  (candidates is never empty)
     return refusal
+
+
+async def accepted_by_any(guards: Iterable[GuardSpec], token: str) -> bool:
+    """Whether any of `guards` verifies `token`."""
+    for guard in guards:
+        with contextlib.suppress(Exception):  # refused, or its keys cannot be read now
+            await verifiers.get(guard).verify(token)
+            return True
+    return False

@@ -19,18 +19,16 @@ import logging
 from collections.abc import Callable
 
 from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
 from django.db import close_old_connections
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bindings.changes import CHANGES_GROUP
-from bindings.selectors import RouteSpec, route_specs
+from bindings.selectors import GuardSpec, RouteSpec, route_specs
+from streams.listen import listen
 from streams.routing import CompiledRoute, Match, compile_routes, match_all
 
 log = logging.getLogger(__name__)
 
 MAX_AGE_S = 30.0
-LISTEN_RETRY_S = 5.0
 
 
 def _load() -> tuple[RouteSpec, ...]:
@@ -74,6 +72,7 @@ open_streams = OpenStreams()
 class RouteTable:
     def __init__(self) -> None:
         self.routes: tuple[CompiledRoute, ...] = ()
+        self.specs: dict[str, RouteSpec] = {}
         self.loaded_at = float("-inf")
         self.stale = True
         self.reloads = 0
@@ -126,6 +125,7 @@ class RouteTable:
             self.stale = True
             raise
         self.routes = compile_routes(specs)
+        self.specs = {spec.name: spec for spec in specs}
         self.loaded_at = started
         self.reloads += 1
         open_streams.reconcile(specs)
@@ -146,26 +146,24 @@ class RouteTable:
         task.add_done_callback(self._eager.discard)
 
     async def _listen(self) -> None:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        while True:
-            try:
-                channel = await layer.new_channel()
-                await layer.group_add(CHANGES_GROUP, channel)
-                while True:
-                    try:
-                        await layer.receive(channel)
-                    except (TimeoutError, RedisTimeoutError):
-                        continue  # a quiet spell: the Redis client's read timed out, the group still holds us
-                    self.stale = True
-                    self._reload_soon()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.warning("route changes cannot be heard; retrying", exc_info=True)
-                self.stale = True
-                await asyncio.sleep(LISTEN_RETRY_S)
+        async def changed(message: dict[str, object]) -> None:
+            self.stale = True
+            self._reload_soon()
+
+        def missed() -> None:
+            self.stale = True
+
+        await listen(CHANGES_GROUP, changed, on_error=missed)
+
+    def guards(self) -> set[GuardSpec]:
+        """The guards the routes of the table use."""
+        return {guard for spec in self.specs.values() for guard, _ in spec.guarded}
+
+    def changed_since(self, route: RouteSpec) -> bool:
+        """Whether the table now holds another version of `route` (or none): for a stream that was set up while
+        a reload ran, which that reload's reconcile could not see."""
+        current = self.specs.get(route.name)
+        return current is None or current.delivery() != route.delivery()
 
 
 route_table = RouteTable()

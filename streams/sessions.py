@@ -15,10 +15,10 @@ import logging
 from typing import Protocol
 
 from channels.layers import get_channel_layer
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bindings.selectors import GuardSpec, RouteSpec
-from streams.guards import InvalidToken, Session, verifiers
+from streams.guards import Session, verifiers
+from streams.listen import listen
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,6 @@ CHALLENGE_CONTENT_TYPE = b"application/x-challenge-response"
 CHALLENGE_EVENT = (
     b'event:challenge\ndata:{"method":"POST","headers":{"content-type":"application/x-challenge-response"}}\n\n'
 )
-LISTEN_RETRY_S = 5.0
 
 
 class GuardedStream(Protocol):
@@ -60,7 +59,7 @@ class Sessions:
             for guard, _ in stream.route.guarded if stream.route else ():
                 guards.setdefault(guard, None)
         for guard in guards:
-            with contextlib.suppress(InvalidToken):
+            with contextlib.suppress(Exception):  # not this guard's token, or its keys cannot be read now
                 guards[guard] = await verifiers.get(guard).verify(token)
         for stream in list(self.streams):
             renewed = False
@@ -78,26 +77,12 @@ class Sessions:
                 stream.reauthorised()
 
     async def _listen(self) -> None:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        while True:
-            try:
-                channel = await layer.new_channel()
-                await layer.group_add(REAUTHORIZE_GROUP, channel)
-                while True:
-                    try:
-                        message = await layer.receive(channel)
-                    except (TimeoutError, RedisTimeoutError):
-                        continue
-                    token = message.get("token")
-                    if isinstance(token, str) and self.streams:
-                        await self.reauthorize(token)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.warning("challenge responses cannot be heard; retrying", exc_info=True)
-                await asyncio.sleep(LISTEN_RETRY_S)
+        async def heard(message: dict[str, object]) -> None:
+            token = message.get("token")
+            if isinstance(token, str) and self.streams:
+                await self.reauthorize(token)
+
+        await listen(REAUTHORIZE_GROUP, heard)
 
 
 sessions = Sessions()

@@ -91,7 +91,7 @@ def test_a_guard_in_use_cannot_be_deleted(api: Client) -> None:
 
 
 def test_a_route_is_guarded_by_name_with_roles(api: Client) -> None:
-    do_put_guard(**guard_fields("jwt"))
+    do_put_guard(**guard_fields("jwt", attributes={"tenant": "org.id"}))
     body = {
         "paths": ["/items"],
         "topic": "items-${guarded['jwt'].attributes.tenant}",
@@ -137,3 +137,15 @@ def test_the_history_says_who_changed_what_through_the_api(api: Client) -> None:
     assert (history[1]["before"]["topic"], history[1]["after"]["topic"]) == ("items", "things")
     assert api.get("/api/v1/changes/?source=admin").json()["count"] == 0
     assert api.delete(f"/api/v1/changes/{history[0]['id']}/").status_code == 405
+
+
+def test_a_template_may_read_only_attributes_its_guard_defines(api: Client) -> None:
+    do_put_guard(**guard_fields("jwt", attributes={"tenant": "org.id"}))
+    body = {"paths": ["/items"], "topic": "items-${guarded['jwt'].attributes.tennant}", "guarded": {"jwt": []}}
+    response = api.put("/api/v1/routes/items/", body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["errors"] == {
+        "topic": ["${guarded['jwt'].attributes.tennant}: guard 'jwt' has no attribute 'tennant'."]
+    }
+    body["topic"] = "items-${guarded['jwt'].attributes.tenant}"
+    assert api.put("/api/v1/routes/items/", body, content_type="application/json").status_code == 201

@@ -3,15 +3,20 @@ first route that authorises, and a stream that ends when its token does."""
 
 from __future__ import annotations
 
+import base64
+import json
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+import jwt as pyjwt
 import pytest
 
 from bindings.services import do_put_guard, do_put_route
 from tests.conftest import unique
-from tests.jwt_keys import guard_fields, token
+from tests.jwt_keys import AUDIENCE, ISSUER, guard_fields, public_jwk, token
 from tests.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,6 +33,10 @@ def guarded_route(topic: str, guard: str, roles: list[str], **extra: object) -> 
     path = "/" + unique("g")
     do_put_route(name=path[1:], path=path, topic=topic, guarded={guard: roles}, **extra)  # type: ignore[arg-type]
     return path
+
+
+def base64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
 def bearer(value: str) -> dict[str, str]:
@@ -208,3 +217,109 @@ def test_a_token_without_identity_is_not_challenged(
     stream = EventStream(daphne_url + path, headers=bearer(token(None, expires_in=3)), timeout=8)
     with stream, pytest.raises(StopIteration):  # no challenge event, then the end
         stream.next_event(timeout=6)
+
+
+class Jwks:
+    """A JWKS endpoint of our own (an identity provider stand-in): serves whatever `body` holds."""
+
+    def __init__(self) -> None:
+        self.body = b"{}"
+        self.content_type = "application/json"
+        jwks = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("content-type", jwks.content_type)
+                self.send_header("content-length", str(len(jwks.body)))
+                self.end_headers()
+                self.wfile.write(jwks.body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/jwks.json"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def serve(self, keys: list[dict[str, object]]) -> None:
+        self.body = json.dumps({"keys": keys}).encode()
+
+
+@pytest.fixture
+def jwks() -> Iterator[Jwks]:
+    server = Jwks()
+    try:
+        yield server
+    finally:
+        server.server.shutdown()
+
+
+def test_a_guard_reads_its_keys_from_a_jwks_url(
+    daphne_url: str, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]], jwks: Jwks
+) -> None:
+    topic = new_topic()
+    produce(topic, b"m")
+    jwks.serve([public_jwk()])
+    name = unique("jwks")
+    do_put_guard(**guard_fields(name, keys=[], jwks_url=jwks.url))
+    path = guarded_route(topic, name, ["read"])
+    with EventStream(daphne_url + path, headers=bearer(token())) as stream:
+        assert stream.next_event().text == "m"
+    assert httpx.get(daphne_url + path, headers=bearer(token(kid="k2")), timeout=5).status_code == 401
+
+
+def test_a_secret_published_in_a_jwks_verifies_nothing(
+    daphne_url: str, new_topic: Callable[..., str], jwks: Jwks
+) -> None:
+    secret = "a-secret-anyone-can-read-at-the-jwks-url-0123456789"
+    jwks.serve([{"kty": "oct", "kid": "s", "alg": "HS256", "k": base64url(secret.encode())}])
+    name = unique("jwks")
+    do_put_guard(**guard_fields(name, keys=[], jwks_url=jwks.url))
+    path = guarded_route(new_topic(), name, [])
+    forged = pyjwt.encode(
+        {"iss": ISSUER, "aud": AUDIENCE, "sub": "mallory", "scope": "read"}, secret, "HS256", headers={"kid": "s"}
+    )
+    assert httpx.get(daphne_url + path, headers=bearer(forged), timeout=5).status_code == 401
+
+
+def test_unreadable_keys_are_a_503_not_a_500(daphne_url: str, new_topic: Callable[..., str], jwks: Jwks) -> None:
+    jwks.body, jwks.content_type = b"<html>maintenance</html>", "text/html"
+    name = unique("jwks")
+    do_put_guard(**guard_fields(name, keys=[], jwks_url=jwks.url))
+    path = guarded_route(new_topic(), name, [])
+    response = httpx.get(daphne_url + path, headers=bearer(token()), timeout=10)
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "5"
+    assert response.json()["status"] == 503
+
+
+def test_a_token_lacking_a_value_the_route_reads_is_403(
+    daphne_url: str, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]], guard: str
+) -> None:
+    topic = new_topic()
+    produce(topic, b"keyless", key=b"")
+    path = guarded_route(topic, guard, [], filters=[{"key": f"${{guarded['{guard}'].attributes.tenant}}"}])
+    without_tenant = token()  # no org.id claim: the filter would otherwise be the empty key
+    response = httpx.get(daphne_url + path, headers=bearer(without_tenant), timeout=5)
+    assert response.status_code == 403
+    assert "attributes.tenant" in response.json()["detail"]
+
+
+def test_a_string_exp_still_ends_the_stream_and_a_future_iat_is_accepted(
+    daphne_url: str, new_topic: Callable[..., str], guard: str
+) -> None:
+    path = guarded_route(new_topic(), guard, ["read"])
+    soon = str(int(time.time()) + 2)
+    odd = token(expires_in=3600, iat=int(time.time()) + 30, exp=soon)
+    stream = EventStream(daphne_url + path, headers=bearer(odd), timeout=8)
+    assert stream.response.status_code == 200
+    with stream, pytest.raises(StopIteration):
+        stream.next_event(timeout=6)
+
+
+def test_an_identity_that_makes_no_topic_name_is_404(daphne_url: str, guard: str) -> None:
+    path = guarded_route(f"user-${{guarded['{guard}'].identity}}", guard, [])
+    response = httpx.get(daphne_url + path, headers=bearer(token("alice@example.com")), timeout=5)
+    assert response.status_code == 404
+    assert response.json()["topic"] == "user-alice@example.com"
