@@ -132,7 +132,8 @@ def test_cors_allows_configured_origins_only(daphne_url: str, new_topic: Callabl
         timeout=5,
     )
     assert preflight.status_code == 204
-    assert preflight.headers["access-control-allow-methods"] == "GET, HEAD, OPTIONS"
+    # POST: a browser answers a guard's challenge with a POST to the stream's path.
+    assert preflight.headers["access-control-allow-methods"] == "GET, HEAD, OPTIONS, POST"
     assert preflight.headers["access-control-allow-headers"] == "last-event-id"
 
 

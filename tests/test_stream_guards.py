@@ -253,6 +253,7 @@ def jwks() -> Iterator[Jwks]:
         yield server
     finally:
         server.server.shutdown()
+        server.server.server_close()
 
 
 def test_a_guard_reads_its_keys_from_a_jwks_url(
