@@ -86,6 +86,13 @@ class GuardSpec:
     challenge_s: int = 0
     cookie: str = ""
 
+    def verification(self) -> tuple[object, ...]:
+        """What decides which tokens the guard accepts and what it reads from them."""
+        return (
+            self.issuer, self.audience, self.keys, self.jwks_url, self.roles_claim, self.identity_claim,
+            self.attributes,
+        )  # fmt: skip
+
 
 @dataclass(frozen=True)
 class RouteSpec:
@@ -102,11 +109,11 @@ class RouteSpec:
 
     def delivery(self) -> tuple[object, ...]:
         """What decides which events a stream of this route gets and who may have it: a stream opened under one
-        value is closed when a change gives another. (Endpoint settings such as retry and CORS are not in it.)"""
-        return (
-            self.paths, self.topic, self.filters, self.event_id, self.start, self.caught_up, self.slow_client,
-            self.guarded,
-        )  # fmt: skip
+        value is closed when a change gives another. Not in it: the paths (a stream is closed only when its own
+        path no longer matches), endpoint settings such as retry and CORS, and a guard's cookie and challenge
+        lead, which apply to new streams."""
+        guards = tuple((guard.name, guard.verification(), roles) for guard, roles in self.guarded)
+        return (self.topic, self.filters, self.event_id, self.start, self.caught_up, self.slow_client, guards)
 
 
 def endpoint_spec(endpoint: Endpoint) -> EndpointSpec:

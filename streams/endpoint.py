@@ -179,6 +179,7 @@ class Stream:
         self.scope, self.receive, self.send = scope, receive, send
         self.cors: tuple[tuple[bytes, bytes], ...] = ()
         self.stop: asyncio.Future[str] | None = None
+        self.path = ""
         self.route: RouteSpec | None = None
         self.sessions: dict[str, Session] = {}  # by guard: the tokens that authorised this stream
         self.pump: Pump | None = None
@@ -190,7 +191,7 @@ class Stream:
 
     async def run(self) -> None:
         method = self.scope["method"]
-        path = raw_path(self.scope)
+        path = self.path = raw_path(self.scope)
         if method == "OPTIONS":
             await self.preflight(path)
             return
@@ -326,8 +327,8 @@ class Stream:
         self.route, self.pump = route, pump
         StreamStats.open_streams += 1
         try:
-            open_streams.add(self, route, lambda: self.end("route changed"))
-            if route_table.changed_since(route):  # changed while this stream was set up
+            open_streams.add(self, route, self.path, lambda: self.end("route changed"))
+            if route_table.changed_since(route, self.path):  # changed while this stream was set up
                 self.end("route changed")
             if self.sessions:
                 sessions.add(self)

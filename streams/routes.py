@@ -24,7 +24,7 @@ from django.db import close_old_connections
 from bindings.changes import CHANGES_GROUP
 from bindings.selectors import GuardSpec, RouteSpec, route_specs
 from streams.listen import listen
-from streams.routing import CompiledRoute, Match, compile_routes, match_all
+from streams.routing import CompiledRoute, Match, compile_routes, match_all, path_segments
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +37,15 @@ def _load() -> tuple[RouteSpec, ...]:
 
 
 class OpenStreams:
-    """The open streams of this process by route, with what their route delivered when they opened."""
+    """The open streams of this process by route, with their path and what their route delivered when they
+    opened."""
 
     def __init__(self) -> None:
-        self.by_route: dict[str, dict[object, tuple[tuple[object, ...], Callable[[], None]]]] = {}
+        self.by_route: dict[str, dict[object, tuple[tuple[object, ...], list[str], Callable[[], None]]]] = {}
         self.closed = 0
 
-    def add(self, stream: object, route: RouteSpec, close: Callable[[], None]) -> None:
-        self.by_route.setdefault(route.name, {})[stream] = (route.delivery(), close)
+    def add(self, stream: object, route: RouteSpec, path: str, close: Callable[[], None]) -> None:
+        self.by_route.setdefault(route.name, {})[stream] = (route.delivery(), path_segments(path), close)
 
     def remove(self, stream: object, route: RouteSpec) -> None:
         streams = self.by_route.get(route.name)
@@ -53,17 +54,15 @@ class OpenStreams:
             if not streams:
                 del self.by_route[route.name]
 
-    def reconcile(self, specs: tuple[RouteSpec, ...]) -> None:
-        """Close the streams whose route is gone or delivers otherwise now."""
-        current = {spec.name: spec.delivery() for spec in specs}
+    def reconcile(self, routes: tuple[CompiledRoute, ...]) -> None:
+        """Close the streams whose route is gone, delivers otherwise now, or no longer matches their path."""
+        current = {route.spec.name: (route, route.spec.delivery()) for route in routes}
         for name, streams in list(self.by_route.items()):
-            now = current.get(name)
-            for delivery, close in list(streams.values()):
-                if delivery != now:
+            route, now = current.get(name, (None, None))
+            for delivery, segments, close in list(streams.values()):
+                if route is None or delivery != now or route.match(segments) is None:
                     self.closed += 1
                     close()
-        if self.closed:
-            log.debug("closed %d streams on changed routes so far", self.closed)
 
 
 open_streams = OpenStreams()
@@ -72,7 +71,6 @@ open_streams = OpenStreams()
 class RouteTable:
     def __init__(self) -> None:
         self.routes: tuple[CompiledRoute, ...] = ()
-        self.specs: dict[str, RouteSpec] = {}
         self.loaded_at = float("-inf")
         self.stale = True
         self.reloads = 0
@@ -125,10 +123,9 @@ class RouteTable:
             self.stale = True
             raise
         self.routes = compile_routes(specs)
-        self.specs = {spec.name: spec for spec in specs}
         self.loaded_at = started
         self.reloads += 1
-        open_streams.reconcile(specs)
+        open_streams.reconcile(self.routes)
 
     def _reload_soon(self) -> None:
         """After an announcement: rebuild now, so streams of a changed route close within moments."""
@@ -157,13 +154,15 @@ class RouteTable:
 
     def guards(self) -> set[GuardSpec]:
         """The guards the routes of the table use."""
-        return {guard for spec in self.specs.values() for guard, _ in spec.guarded}
+        return {guard for route in self.routes for guard, _ in route.spec.guarded}
 
-    def changed_since(self, route: RouteSpec) -> bool:
-        """Whether the table now holds another version of `route` (or none): for a stream that was set up while
-        a reload ran, which that reload's reconcile could not see."""
-        current = self.specs.get(route.name)
-        return current is None or current.delivery() != route.delivery()
+    def changed_since(self, route: RouteSpec, path: str) -> bool:
+        """Whether the table now holds another version of `route` (or none, or one that no longer matches
+        `path`): for a stream that was set up while a reload ran, which that reload's reconcile could not see."""
+        for compiled in self.routes:
+            if compiled.spec.name == route.name:
+                return compiled.spec.delivery() != route.delivery() or compiled.match(path_segments(path)) is None
+        return True
 
 
 route_table = RouteTable()

@@ -62,12 +62,18 @@ def compile_routes(specs: Iterable[RouteSpec]) -> tuple[CompiledRoute, ...]:
     return tuple(compiled)
 
 
+def path_segments(raw_path: str) -> list[str]:
+    """The segments of a path still percent-encoded, no query string; a path not starting with / has none that
+    match (a pattern has at least one segment)."""
+    return raw_path[1:].split("/") if raw_path.startswith("/") else []
+
+
 def match_all(routes: Iterable[CompiledRoute], raw_path: str) -> list[Match]:
     """Every route matching `raw_path` (still percent-encoded, no query string), in the order they are tried:
     the first whose guards authorise the request serves it."""
     if not raw_path.startswith("/"):
         return []
-    segments = raw_path[1:].split("/")
+    segments = path_segments(raw_path)
     return [Match(route.spec, params) for route in routes if (params := route.match(segments)) is not None]
 
 

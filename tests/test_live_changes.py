@@ -141,3 +141,35 @@ def test_deleting_a_route_or_changing_its_guard_closes_its_streams(
     # The old token is for the old audience: reconnecting is refused now.
     assert httpx.get(daphne_url + guarded, headers=auth, timeout=5).status_code == 401
     wait_until(lambda: httpx.get(daphne_url + removed, timeout=5).status_code == 404, timeout=2)
+
+
+def test_a_stream_outlives_changes_that_do_not_concern_it(
+    daphne_url: str, api: httpx.Client, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]]
+) -> None:
+    topic = new_topic()
+    produce(topic, b"m")
+    guard = unique("jwt")
+    do_put_guard(**guard_fields(guard))
+    name = unique("paths")
+    kept, dropped = f"/{name}/kept", f"/{name}/dropped"
+    do_put_route(name=name, paths=[kept, dropped], topic=topic, guarded={guard: []})
+    auth = {"authorization": f"Bearer {token()}"}
+    with (
+        EventStream(daphne_url + kept, headers=auth) as on_kept,
+        EventStream(daphne_url + dropped, headers=auth) as on_dropped,
+    ):
+        for stream in (on_kept, on_dropped):
+            assert stream.next_event().text == "m"
+        closes = health(daphne_url)["closed_on_change"]
+        # A new path, and a guard's cookie: neither changes what the open streams get or who may have them.
+        assert api.patch(f"/api/v1/routes/{name}/", json={"paths": [kept, dropped, f"/{name}/new"]}).is_success
+        assert api.patch(f"/api/v1/guards/{guard}/", json={"cookie": "sse"}).is_success
+        produce(topic, b"after both")
+        assert on_kept.next_event().text == "after both"
+        assert on_dropped.next_event().text == "after both"
+        # Dropping the path one stream uses closes that stream only.
+        assert api.patch(f"/api/v1/routes/{name}/", json={"paths": [kept]}).is_success
+        assert ended(on_dropped, timeout=5)
+        produce(topic, b"after the drop")
+        assert on_kept.next_event().text == "after the drop"
+    assert health(daphne_url)["closed_on_change"] == closes + 1
