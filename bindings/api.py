@@ -118,42 +118,6 @@ class RouteSerializer(serializers.Serializer[Route]):
         return self.create({**values, **validated_data})
 
 
-class RouteViewSet(viewsets.ModelViewSet[Route]):
-    queryset = Route.objects.all()
-    serializer_class = RouteSerializer
-    lookup_field = "name"
-    # Names are slugs: any other text is a 404 before it reaches a query (Postgres refuses NUL characters).
-    lookup_value_regex = NAME_REGEX
-
-    def get_queryset(self) -> QuerySet[Route]:
-        return routes_in_order()
-
-    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        name = request.data.get("name") if isinstance(request.data, dict) else None
-        if isinstance(name, str) and slug_re.match(name) and Route.objects.filter(name=name).exists():
-            raise serializers.ValidationError(
-                {"name": [f"A route named {name!r} exists: PUT /api/v1/routes/{name}/ replaces it."]}
-            )
-        return super().create(request, *args, **kwargs)
-
-    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        """PUT creates the route if there is none by that name; PATCH needs one."""
-        partial = kwargs.pop("partial", False)
-        name = kwargs[self.lookup_field]
-        instance = self.get_queryset().filter(name=name).first()
-        if instance is None and partial:
-            raise Http404
-        serializer = RouteSerializer(
-            instance, data=request.data, partial=partial, context={**self.get_serializer_context(), "name": name}
-        )
-        serializer.is_valid(raise_exception=True)
-        serializer.save()
-        return Response(serializer.data, status=status.HTTP_201_CREATED if instance is None else status.HTTP_200_OK)
-
-    def perform_destroy(self, instance: Route) -> None:
-        do_delete_route(instance.name, actor=api_actor(self.request))
-
-
 class _NamedSerializer(serializers.Serializer[Any]):
     """Endpoints and guards: `PUT` by name creates or replaces through `bindings.services`, which validates."""
 
@@ -228,10 +192,11 @@ class GuardSerializer(_NamedSerializer):
 
 
 class _NamedViewSet(viewsets.ModelViewSet[Any]):
-    """Create with POST (a taken name is refused) or PUT by name (create or replace); delete refuses while routes
-    use the object (409)."""
+    """Routes, endpoints and guards: create with POST (a taken name is refused) or PUT by name (create or
+    replace); deleting an endpoint or a guard that routes use is refused (409)."""
 
     lookup_field = "name"
+    # Names are slugs: any other text is a 404 before it reaches a query (Postgres refuses NUL characters).
     lookup_value_regex = NAME_REGEX
     kind = ""
 
@@ -244,6 +209,7 @@ class _NamedViewSet(viewsets.ModelViewSet[Any]):
         return super().create(request, *args, **kwargs)
 
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """PUT creates the object if there is none by that name; PATCH needs one."""
         partial = kwargs.pop("partial", False)
         name = kwargs[self.lookup_field]
         instance = self.get_queryset().filter(name=name).first()
@@ -266,6 +232,18 @@ class _NamedViewSet(viewsets.ModelViewSet[Any]):
         except DjangoValidationError as exc:
             raise Conflict(" ".join(exc.messages)) from None
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class RouteViewSet(_NamedViewSet):
+    queryset = Route.objects.all()
+    serializer_class = RouteSerializer
+    kind = "route"
+
+    def get_queryset(self) -> QuerySet[Route]:
+        return routes_in_order()
+
+    def delete_named(self, name: str) -> None:
+        do_delete_route(name, actor=api_actor(self.request))
 
 
 class EndpointViewSet(_NamedViewSet):

@@ -21,15 +21,13 @@ from rest_framework.parsers import BaseParser, JSONParser
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from bindings.problems import PROBLEM_CONTENT_TYPE, problem, summary
+from bindings.problems import PROBLEM_CONTENT_TYPE, JsonErrorsView, problem, query_flag, summary
 from bindings.services import Actor
 from bindings.zilla import ZillaConfigError, do_import_zilla, export_zilla
 
 YAML_CONTENT_TYPE = "application/yaml"
 MAX_YAML_BYTES = 1024 * 1024  # a zilla.yaml is a few kilobytes; refuse before parsing anything huge
-_TRUE = frozenset({"1", "true", "yes", "on"})
 
 
 class YamlParser(BaseParser):
@@ -60,7 +58,7 @@ class PlainTextParser(YamlParser):
 
 
 def _flag(request: Request, name: str) -> bool:
-    return str(request.query_params.get(name, "")).lower() in _TRUE
+    return query_flag(request, name) is True
 
 
 def _bad_request(errors: dict[str, list[str]]) -> Response:
@@ -81,18 +79,10 @@ class YamlTextRenderer(BaseRenderer):
         return str(data).encode()
 
 
-class _JsonErrors(APIView):
-    def handle_exception(self, exc: Exception) -> Response:
-        """Errors (401, 403, 406, ...) are JSON problems, even when YAML was asked for."""
-        self.request.accepted_renderer = JSONRenderer()
-        self.request.accepted_media_type = JSONRenderer.media_type
-        return super().handle_exception(exc)
-
-
 _YAML_BODY = dict.fromkeys((YAML_CONTENT_TYPE, "text/yaml", "application/x-yaml"), OpenApiTypes.STR)
 
 
-class ZillaImportView(_JsonErrors):
+class ZillaImportView(JsonErrorsView):
     """Import a zilla.yaml: 200 with what was (or, in a dry run, would be) created, updated, unchanged,
     deleted and ignored; 400 naming the binding, route or guard and the field."""
 
@@ -137,7 +127,7 @@ class ZillaImportView(_JsonErrors):
         return Response(result.as_dict())
 
 
-class ZillaExportView(_JsonErrors):
+class ZillaExportView(JsonErrorsView):
     """The configuration as a zilla.yaml; `?strict=true` writes Zilla's schema only. Notes (our extensions,
     or what strict left out) lead the file as comments."""
 

@@ -400,6 +400,14 @@ class _PlannedRoute:
     arguments: dict[str, Any]  # do_put_route keywords, paths included
     explicit: set[str]  # x-sse-kafka keys the document gave (errors on the others go to the channel)
 
+    @classmethod
+    def first(
+        cls, name: str, channel_id: str, address: str, arguments: dict[str, Any], explicit: set[str]
+    ) -> _PlannedRoute:
+        """The route planned from its first channel (the topic, if the document names none, from the channel)."""
+        topic = arguments.pop("topic", None) or _topic_name(channel_id)
+        return cls(name, [channel_id], {"paths": [address], "topic": topic, **arguments}, explicit)
+
 
 @dataclass
 class ImportResult:
@@ -574,13 +582,7 @@ def _plan(
             continue
         existing = planned.get(name)
         if existing is None:
-            topic = arguments.pop("topic", None) or _topic_name(channel_id)
-            planned[name] = _PlannedRoute(
-                name=name,
-                channels=[channel_id],
-                arguments={"paths": [address], "topic": topic, **arguments},
-                explicit=explicit,
-            )
+            planned[name] = _PlannedRoute.first(name, channel_id, address, arguments, explicit)
             continue
         for key, value in arguments.items():  # a later channel of the same route must agree with the first
             if key != "position" and existing.arguments.get(key, value) != value:
@@ -593,13 +595,7 @@ def _plan(
         existing.arguments["paths"].append(address)
     for channel_id, address, arguments, explicit in unnamed:
         name = _unique(_route_name(channel_id), planned)
-        topic = arguments.pop("topic", None) or _topic_name(channel_id)
-        planned[name] = _PlannedRoute(
-            name=name,
-            channels=[channel_id],
-            arguments={"paths": [address], "topic": topic, **arguments},
-            explicit=explicit,
-        )
+        planned[name] = _PlannedRoute.first(name, channel_id, address, arguments, explicit)
     routes = list(planned.values())
     for index, route in enumerate(routes):
         route.arguments.setdefault("position", index)

@@ -17,13 +17,10 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from bindings.asyncapi import AsyncApiImportError, dump_yaml, export_asyncapi, import_asyncapi, parse_document
+from bindings.problems import JsonErrorsView, query_flag
 from bindings.services import Actor
-
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"", "0", "false", "no", "off"})
 
 
 class YAMLRenderer(BaseRenderer):
@@ -37,15 +34,7 @@ class YAMLRenderer(BaseRenderer):
         return dump_yaml(data).encode()
 
 
-class _JSONErrors(APIView):
-    def handle_exception(self, exc: Exception) -> Response:
-        """Errors (401, 403, 406...) are JSON, even when the document was asked for as YAML."""
-        self.request.accepted_renderer = JSONRenderer()
-        self.request.accepted_media_type = JSONRenderer.media_type
-        return super().handle_exception(exc)
-
-
-class AsyncApiExportView(_JSONErrors):
+class AsyncApiExportView(JsonErrorsView):
     """The AsyncAPI 3.0 document of every route: YAML, or JSON with `?format=json` or `Accept: application/json`.
 
     The server URL is the one the request came to, unless `?server=https://sse.example.com` says otherwise (the
@@ -75,7 +64,7 @@ class AsyncApiExportView(_JSONErrors):
         return Response(document)
 
 
-class AsyncApiImportView(_JSONErrors):
+class AsyncApiImportView(JsonErrorsView):
     """Create or replace the routes of an AsyncAPI 3 document's SSE channels, all or nothing.
 
     The body is the document, YAML or JSON; `?dry_run=1` validates and reports without writing. The answer lists
@@ -94,12 +83,12 @@ class AsyncApiImportView(_JSONErrors):
         responses={200: OpenApiTypes.OBJECT},
     )
     def post(self, request: Request) -> Response:
-        dry_run_text = request.query_params.get("dry_run", "").lower()
-        if dry_run_text not in _TRUE | _FALSE:
+        dry_run = query_flag(request, "dry_run")
+        if dry_run is None:
             raise ValidationError({"dry_run": ["Give dry_run=1 (validate and report only) or dry_run=0."]})
         try:
             document = parse_document(request.body, is_json="json" in (request.content_type or ""))
-            result = import_asyncapi(document, dry_run=dry_run_text in _TRUE, actor=Actor.of(request.user, "api"))
+            result = import_asyncapi(document, dry_run=dry_run, actor=Actor.of(request.user, "api"))
         except AsyncApiImportError as exc:
             raise ValidationError(exc.errors) from None
         return Response(result.as_dict())

@@ -20,8 +20,11 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
+from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -31,6 +34,26 @@ PROBLEM_TYPE = "about:blank"
 DETAIL_MAX_CHARS = 500
 
 Errors = dict[str, list[str]]
+
+
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
+
+
+def query_flag(request: Request, name: str) -> bool | None:
+    """A yes/no query parameter: True, False (also when absent), or None for a word that is neither."""
+    text = str(request.query_params.get(name, "")).lower()
+    return True if text in TRUE_WORDS else False if text in FALSE_WORDS else None
+
+
+class JsonErrorsView(APIView):
+    """A view that may answer YAML: its errors (401, 403, 406, ...) are JSON problems even when YAML was asked
+    for."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = JSONRenderer.media_type
+        return super().handle_exception(exc)
 
 
 class Conflict(exceptions.APIException):

@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Hashable, MutableMapping
+from collections.abc import Coroutine, Hashable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -21,6 +21,7 @@ from django.conf import settings
 from bindings.patterns import TOPIC_NAME
 from bindings.selectors import EVENT_ID_KEY_AND_ETAG, SLOW_CLIENT_CONFLATE, EndpointSpec, RouteSpec
 from streams import sse
+from streams.asgi import ASGIApp, Receive, Scope, Send, header
 from streams.event_id import parse_id
 from streams.filters import compile_filters
 from streams.guards import Refusal, Session, accepted_by_any, authorise, credentials
@@ -35,11 +36,6 @@ from streams.subscription import Subscription, SubscriptionOptions
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[..., Awaitable[None]]
 
 MAX_LAST_EVENT_ID_BYTES = 4096
 STREAM_METHODS = "GET, HEAD, OPTIONS"
@@ -83,19 +79,11 @@ async def problem(
     await respond_json(send, status, body, headers=headers)
 
 
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    found = None
-    for key, value in scope.get("headers", []):
-        if key.lower() == name:
-            found = value  # the last one wins, as in Zilla
-    return found
-
-
 def last_event_id(scope: Scope) -> bytes | None:
     """The resume position: the Last-Event-ID header, else the `lastEventId` query parameter."""
-    header = _header(scope, b"last-event-id")
-    if header is not None:
-        return header
+    found = header(scope, b"last-event-id")
+    if found is not None:
+        return found
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
     values = query.get("lastEventId")
     return values[0].encode("utf-8") if values else None
@@ -195,7 +183,7 @@ class Stream:
         if method == "OPTIONS":
             await self.preflight(path)
             return
-        if method == "POST" and (_header(self.scope, b"content-type") or b"").split(b";")[0].strip().lower() == (
+        if method == "POST" and (header(self.scope, b"content-type") or b"").split(b";")[0].strip().lower() == (
             CHALLENGE_CONTENT_TYPE
         ):
             await self.challenge_response(path)
@@ -222,13 +210,13 @@ class Stream:
         if not candidates:
             await problem(self.send, 404, "No route", f"No route matches {path}.")
             return
-        self.cors = cors_headers(candidates[0].route.endpoint, _header(self.scope, b"origin"))
+        self.cors = cors_headers(candidates[0].route.endpoint, header(self.scope, b"origin"))
         authorised = await authorise(candidates, self.scope)
         if isinstance(authorised, Refusal):
             await self.refuse(authorised)
             return
         matched = authorised.match
-        self.cors = cors_headers(matched.route.endpoint, _header(self.scope, b"origin"))
+        self.cors = cors_headers(matched.route.endpoint, header(self.scope, b"origin"))
         self.sessions = dict(authorised.sessions)
         since_ms = None
         since_text = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("since")
@@ -248,7 +236,7 @@ class Stream:
             log.warning("challenge response: routes cannot be read", exc_info=True)
             matched = None
         if matched is not None:
-            self.cors = cors_headers(matched.route.endpoint, _header(self.scope, b"origin"))
+            self.cors = cors_headers(matched.route.endpoint, header(self.scope, b"origin"))
         while True:  # the body is empty by contract; read it to the end whatever it is
             message = await self.receive()
             if message["type"] == "http.disconnect" or not message.get("more_body"):
@@ -277,9 +265,9 @@ class Stream:
             await problem(self.send, 404, "No route", f"No route matches {path}.")
             return
         headers = [(b"allow", STREAM_METHODS.encode())]
-        cors = cors_headers(matched.route.endpoint, _header(self.scope, b"origin"))
+        cors = cors_headers(matched.route.endpoint, header(self.scope, b"origin"))
         if cors:
-            requested = _header(self.scope, b"access-control-request-headers")
+            requested = header(self.scope, b"access-control-request-headers")
             headers += [*cors, (b"access-control-allow-methods", b"GET, HEAD, OPTIONS, POST")]
             headers += [(b"access-control-max-age", b"600")]
             if requested:

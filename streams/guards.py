@@ -18,7 +18,7 @@ import contextlib
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.cookies import CookieError, SimpleCookie
@@ -31,11 +31,11 @@ from jwt.exceptions import PyJWKClientError, PyJWTError
 
 from bindings.patterns import guard_values
 from bindings.selectors import ASYMMETRIC_ALGORITHMS, GuardSpec, RouteSpec
+from streams.asgi import Scope, header
 from streams.routing import Match
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
 MISSING = object()
 
 
@@ -131,10 +131,10 @@ class Verifier:
 
     async def verify(self, token: str) -> Session:
         try:
-            header = jwt.get_unverified_header(token)
+            jws_header = jwt.get_unverified_header(token)
         except PyJWTError as exc:
             raise InvalidToken(f"not a JWS: {exc}") from None
-        key = await self.key_for(token, header)
+        key = await self.key_for(token, jws_header)
         try:
             claims = jwt.decode(
                 token,
@@ -198,16 +198,9 @@ class Verifiers:
 verifiers = Verifiers()
 
 
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope.get("headers", []):
-        if key.lower() == name:
-            return bytes(value)
-    return None
-
-
 def credentials(scope: Scope, cookie: str = "") -> str | None:
     """The token of a request: `authorization: Bearer`, else `?access_token=`, else the guard's cookie."""
-    authorization = _header(scope, b"authorization")
+    authorization = header(scope, b"authorization")
     if authorization is not None:
         scheme, _, value = authorization.decode("latin-1").strip().partition(" ")
         if scheme.lower() == "bearer" and value.strip():
@@ -216,7 +209,7 @@ def credentials(scope: Scope, cookie: str = "") -> str | None:
     if query.get("access_token"):
         return query["access_token"][0]
     if cookie:
-        raw = _header(scope, b"cookie")
+        raw = header(scope, b"cookie")
         if raw is not None:
             try:
                 jar = SimpleCookie(raw.decode("latin-1"))
@@ -253,11 +246,6 @@ class Refusal:
 class Authorised:
     match: Match
     sessions: dict[str, Session]
-
-    @property
-    def expires_at(self) -> float | None:
-        times = [s.expires_at for s in self.sessions.values() if s.expires_at is not None]
-        return min(times) if times else None
 
 
 async def authorise(candidates: Iterable[Match], scope: Scope) -> Authorised | Refusal:

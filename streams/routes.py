@@ -54,9 +54,9 @@ class OpenStreams:
             if not streams:
                 del self.by_route[route.name]
 
-    def reconcile(self, routes: tuple[CompiledRoute, ...]) -> None:
-        """Close the streams whose route is gone, delivers otherwise now, or no longer matches their path."""
-        current = {route.spec.name: (route, route.spec.delivery()) for route in routes}
+    def reconcile(self, current: dict[str, tuple[CompiledRoute, tuple[object, ...]]]) -> None:
+        """Close the streams whose route is gone, delivers otherwise now, or no longer matches their path;
+        `current` maps each route's name to it and its delivery."""
         for name, streams in list(self.by_route.items()):
             route, now = current.get(name, (None, None))
             for delivery, segments, close in list(streams.values()):
@@ -71,6 +71,7 @@ open_streams = OpenStreams()
 class RouteTable:
     def __init__(self) -> None:
         self.routes: tuple[CompiledRoute, ...] = ()
+        self.by_name: dict[str, tuple[CompiledRoute, tuple[object, ...]]] = {}  # name -> route, its delivery
         self.loaded_at = float("-inf")
         self.stale = True
         self.reloads = 0
@@ -123,9 +124,10 @@ class RouteTable:
             self.stale = True
             raise
         self.routes = compile_routes(specs)
+        self.by_name = {route.spec.name: (route, route.spec.delivery()) for route in self.routes}
         self.loaded_at = started
         self.reloads += 1
-        open_streams.reconcile(self.routes)
+        open_streams.reconcile(self.by_name)
 
     def _reload_soon(self) -> None:
         """After an announcement: rebuild now, so streams of a changed route close within moments."""
@@ -159,10 +161,8 @@ class RouteTable:
     def changed_since(self, route: RouteSpec, path: str) -> bool:
         """Whether the table now holds another version of `route` (or none, or one that no longer matches
         `path`): for a stream that was set up while a reload ran, which that reload's reconcile could not see."""
-        for compiled in self.routes:
-            if compiled.spec.name == route.name:
-                return compiled.spec.delivery() != route.delivery() or compiled.match(path_segments(path)) is None
-        return True
+        compiled, delivery = self.by_name.get(route.name, (None, None))
+        return compiled is None or delivery != route.delivery() or compiled.match(path_segments(path)) is None
 
 
 route_table = RouteTable()
