@@ -9,10 +9,12 @@ a broker loss and keeps each partition's fetch position, so nothing is skipped o
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import enum
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -26,11 +28,37 @@ BatchHandler = Callable[["FetchedBatch"], None]
 BATCH_BYTES = 4 * 1024 * 1024  # one batch handed to the loop holds about this much at most
 MAX_BATCHES_IN_FLIGHT = 2
 
+Key = tuple[str, int]  # (topic, partition)
+
+
+class Fetch(enum.Enum):
+    """Where one assigned partition stands. Transitions, each made on the loop and then in the consumer:
+
+        (unassigned) --assign(offset)--> FETCHING --pause--> PAUSED --resume--> FETCHING
+        FETCHING or PAUSED --unassign--> (unassigned)
+        FETCHING or PAUSED --assign(offset)--> unassign, then assign: FETCHING from `offset`
+
+    librdkafka keeps an application pause on its partition object across `incremental_unassign()` and
+    `incremental_assign()`: a partition paused, unassigned and assigned again stays paused and fetches
+    nothing. So unassigning resumes a paused partition in the consumer first, and an unassigned partition
+    carries no flag there, as here.
+    """
+
+    FETCHING = "fetching"
+    PAUSED = "paused"
+
+
+@dataclass
+class Assignment:
+    state: Fetch
+    epoch: int  # which assignment of the partition this is: records polled under an older one are dropped
+
 
 @dataclass
 class FetchedBatch:
-    records: dict[tuple[str, int], list[Record]] = field(default_factory=dict)
-    eof: set[tuple[str, int]] = field(default_factory=set)
+    records: dict[Key, list[Record]] = field(default_factory=dict)
+    eof: set[Key] = field(default_factory=set)
+    epochs: dict[Key, int] = field(default_factory=dict)  # the assignment each partition was polled under
 
 
 class Fetcher:
@@ -50,8 +78,9 @@ class Fetcher:
         self._in_flight = threading.BoundedSemaphore(MAX_BATCHES_IN_FLIGHT)
         self._thread = threading.Thread(target=self._run, name="kafka-fetcher", daemon=True)
         self._known: set[str] = set()  # topics in the consumer's metadata cache (fetcher thread only)
-        self.assigned: set[tuple[str, int]] = set()  # read on the loop thread, changed only there
-        self.paused: set[tuple[str, int]] = set()
+        self._polling: dict[Key, int] = {}  # the epoch each partition is assigned under (fetcher thread only)
+        self._epoch = 0
+        self.partitions: dict[Key, Assignment] = {}  # read and changed on the loop thread only
 
     def start(self) -> None:
         self._running.set()
@@ -61,60 +90,82 @@ class Fetcher:
         self._running.clear()
         self._thread.join(timeout=10)
 
-    # Called on the event loop; the consumer work happens on the fetcher thread.
-    def assign(self, topic: str, partition: int, offset: int) -> None:
-        self.assigned.add((topic, partition))
-        self.paused.discard((topic, partition))
-        self._commands.put(lambda c: self._assign(c, topic, partition, offset))
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
-    def _assign(self, consumer: Consumer, topic: str, partition: int, offset: int) -> None:
+    # Called on the event loop; the consumer work happens on the fetcher thread, in the same order.
+    def assign(self, topic: str, partition: int, offset: int) -> None:
+        """Fetch the partition from `offset` (a partition assigned already is moved there)."""
+        key = (topic, partition)
+        if key in self.partitions:
+            self.unassign(topic, [partition])
+        self._epoch += 1
+        epoch = self._epoch
+        self.partitions[key] = Assignment(Fetch.FETCHING, epoch)
+        self._commands.put(lambda c: self._assign(c, key, offset, epoch))
+
+    def _assign(self, consumer: Consumer, key: Key, offset: int, epoch: int) -> None:
+        topic, partition = key
         if topic not in self._known:
             # Without the topic in its metadata cache, the consumer waits for its next refresh (about a second)
             # before fetching a newly assigned partition; asking for it now makes the first fetch immediate.
             consumer.list_topics(topic, timeout=self._kafka.metadata_timeout_s)
             self._known.add(topic)
+        self._polling[key] = epoch
         consumer.incremental_assign([TopicPartition(topic, partition, offset)])
 
-    def unassign(self, topic: str, partitions: list[int]) -> None:
-        keys = {(topic, p) for p in partitions} & self.assigned
+    def unassign(self, topic: str, partitions: Iterable[int]) -> None:
+        keys = {(topic, p) for p in partitions} & self.partitions.keys()
         if not keys:
             return
-        self.assigned -= keys
-        self.paused -= keys
-        self._commands.put(lambda c: self._unassign(c, topic, keys))
+        paused = {key for key in keys if self.partitions[key].state is Fetch.PAUSED}
+        for key in keys:
+            del self.partitions[key]
+        self._commands.put(lambda c: self._unassign(c, topic, keys, paused))
 
-    def _unassign(self, consumer: Consumer, topic: str, keys: set[tuple[str, int]]) -> None:
-        consumer.incremental_unassign([TopicPartition(t, p) for t, p in keys])
+    def _unassign(self, consumer: Consumer, topic: str, keys: set[Key], paused: set[Key]) -> None:
+        if paused:
+            consumer.resume(_partitions(paused))  # see Fetch: the flag would outlive the assignment
+        consumer.incremental_unassign(_partitions(keys))
+        for key in keys:
+            self._polling.pop(key, None)
         self._known.discard(topic)
 
-    def pause(self, topic: str, partitions: list[int]) -> None:
-        keys = {(topic, p) for p in partitions} & (self.assigned - self.paused)
+    def pause(self, topic: str, partitions: Iterable[int]) -> None:
+        keys = self._in_state(topic, partitions, Fetch.FETCHING)
         if keys:
-            self.paused |= keys
-            self._commands.put(lambda c: c.pause([TopicPartition(t, p) for t, p in keys]))
+            for key in keys:
+                self.partitions[key].state = Fetch.PAUSED
+            self._commands.put(lambda c: c.pause(_partitions(keys)))
 
-    def resume(self, topic: str, partitions: list[int]) -> None:
-        keys = {(topic, p) for p in partitions} & self.paused
+    def resume(self, topic: str, partitions: Iterable[int]) -> None:
+        keys = self._in_state(topic, partitions, Fetch.PAUSED)
         if keys:
-            self.paused -= keys
-            self._commands.put(lambda c: c.resume([TopicPartition(t, p) for t, p in keys]))
+            for key in keys:
+                self.partitions[key].state = Fetch.FETCHING
+            self._commands.put(lambda c: c.resume(_partitions(keys)))
+
+    def _in_state(self, topic: str, partitions: Iterable[int], state: Fetch) -> set[Key]:
+        return {(topic, p) for p in partitions if (found := self.partitions.get((topic, p))) and found.state is state}
+
+    def _epoch_of(self, key: Key) -> int | None:
+        found = self.partitions.get(key)
+        return None if found is None else found.epoch
 
     @property
     def fetch_streams(self) -> int:
         """Partitions being fetched now: one per topic-partition, however many subscribers."""
-        return len(self.assigned - self.paused)
+        return sum(1 for found in self.partitions.values() if found.state is Fetch.FETCHING)
 
     def _run(self) -> None:
         consumer = Consumer({**self._kafka.consumer_config(), "enable.partition.eof": True})
         try:
             while self._running.is_set():
                 self._apply_commands(consumer)
-                if not self.assigned:
-                    try:
-                        command = self._commands.get(timeout=0.1)
-                    except queue.Empty:
-                        continue
-                    command(consumer)
+                if not self.partitions:
+                    with contextlib.suppress(queue.Empty):
+                        self._apply(consumer, self._commands.get(timeout=0.1))
                     continue
                 while not self._in_flight.acquire(timeout=0.1):
                     if not self._running.is_set():
@@ -131,9 +182,18 @@ class Fetcher:
             consumer.close()
 
     def _deliver(self, batch: FetchedBatch) -> None:
-        """On the loop: hand the batch over, then let the fetcher post the next one."""
+        """On the loop: hand the batch over, then let the fetcher post the next one.
+
+        What was polled under an assignment that has ended since (the partition was unassigned, or assigned
+        again elsewhere, while the batch was on its way) is dropped: it would put records the new assignment
+        does not expect into the cache."""
         try:
-            self._on_batch(batch)
+            stale = {key for key, epoch in batch.epochs.items() if self._epoch_of(key) != epoch}
+            for key in stale:
+                batch.records.pop(key, None)
+                batch.eof.discard(key)
+            if batch.records or batch.eof:
+                self._on_batch(batch)
         finally:
             self._in_flight.release()
 
@@ -143,10 +203,14 @@ class Fetcher:
                 command = self._commands.get_nowait()
             except queue.Empty:
                 return
-            try:
-                command(consumer)
-            except Exception:
-                log.exception("fetcher command failed")
+            self._apply(consumer, command)
+
+    @staticmethod
+    def _apply(consumer: Consumer, command: Callable[[Consumer], None]) -> None:
+        try:
+            command(consumer)
+        except Exception:
+            log.exception("fetcher command failed")
 
     def _poll(self, consumer: Consumer) -> FetchedBatch:
         batch = FetchedBatch()
@@ -164,10 +228,19 @@ class Fetcher:
         for message in messages:
             error = message.error()
             key = (message.topic() or "", message.partition() or 0)
+            if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                log.warning("kafka: %s", error.str())
+                continue
+            epoch = self._polling.get(key)
+            if epoch is None:
+                continue  # fetched before its partition was unassigned
+            batch.epochs[key] = epoch
             if error is None:
                 batch.records.setdefault(key, []).append(record_of(message))
-            elif error.code() == KafkaError._PARTITION_EOF:
-                batch.eof.add(key)
             else:
-                log.warning("kafka: %s", error.str())
+                batch.eof.add(key)
         return batch
+
+
+def _partitions(keys: Iterable[Key]) -> list[TopicPartition]:
+    return [TopicPartition(topic, partition) for topic, partition in sorted(keys)]
