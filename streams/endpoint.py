@@ -480,9 +480,18 @@ class Pump:
         if self.timer is not None:
             self.timer.cancel()
         self.hub.detach(self.state, self)
-        if self.history is not None:
-            await self.history.close()
-            self.history = None
+        await self.close_history()
+
+    async def close_history(self) -> None:
+        """Close the historical reader, if any; it is let go first, so a cancelled close is never repeated."""
+        history, self.history, self.backlog = self.history, None, []
+        if history is not None:
+            await history.close()
+
+    def receiving(self) -> bool:
+        """The client takes what is written: the stream goes on and its connection is not full."""
+        flow = self.flow
+        return not self.stopped and (flow is None or not (flow.paused or flow.closed))
 
     async def write(self, data: bytes) -> None:
         if self.stopped:
@@ -665,15 +674,11 @@ class Pump:
             if window is not None and cursor < window.start:
                 behind[partition] = cursor
         if not behind:
-            self.backlog = []
-            if self.history is not None:
-                await self.history.close()
-                self.history = None
+            await self.close_history()
             return b""
         if self.history is not None and not behind.keys() <= self.history_partitions:
             # Eviction put another partition behind the window: read it too, from where each one stands.
-            await self.history.close()
-            self.history, self.backlog = None, []
+            await self.close_history()
         if self.history is None:
             self.history = HistoricalReader(self.hub.kafka, self.state.name)
             self.history_partitions = set(behind)

@@ -174,8 +174,11 @@ class HistoricalReader:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-history")
         self._consumer: Consumer | None = None
         self._counted = False
+        self._closing: asyncio.Future[None] | None = None
 
     async def _run(self, fn: Any, *args: Any) -> Any:
+        if self._closing is not None:
+            raise RuntimeError(f"the historical reader of {self.topic!r} is closed")
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def start(self, offsets: dict[int, int]) -> None:
@@ -208,11 +211,13 @@ class HistoricalReader:
         return batch
 
     async def close(self) -> None:
-        """Close the consumer after any in-flight call; safe to call on a reader that never started."""
-        future = asyncio.get_running_loop().run_in_executor(self._executor, self._close)
-        self._executor.shutdown(wait=False)
+        """Close the consumer after any in-flight call. Safe to call on a reader that never started, and again
+        (a second call waits for the first one's close; no work goes to the executor after its shutdown)."""
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().run_in_executor(self._executor, self._close)
+            self._executor.shutdown(wait=False)
         try:
-            await asyncio.shield(future)
+            await asyncio.shield(self._closing)
         finally:
             if self._counted:
                 self._counted = False
