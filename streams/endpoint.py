@@ -143,6 +143,8 @@ class StreamEndpoint:
         if scope["path"] == "/-/health":
             hub = current_hub()
             counts = hub.stats() if hub else {"kafka_consumers": 0, "fetch_streams": 0, "subscriptions": 0}
+            counts.setdefault("stalled_streams", 0)
+            counts.setdefault("stalls_noticed", 0)
             counts["kafka_consumers"] += ReaderStats.historical_readers
             body = {
                 "status": "ok",
@@ -310,7 +312,7 @@ class Stream:
         await self.send({"type": "http.response.body", "body": opening, "more_body": True})
         flow = self.scope.get("extensions", {}).get(FLOW_EXTENSION)
         conflate = route.slow_client == SLOW_CLIENT_CONFLATE
-        pump = Pump(hub, state, subscription, starts, send=self.send, flow=flow, conflate=conflate)
+        pump = Pump(hub, state, subscription, starts, send=self.send, flow=flow, conflate=conflate, label=route.name)
         self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump
         StreamStats.open_streams += 1
@@ -447,8 +449,10 @@ class Pump:
         send: Send,
         flow: Flow | None,
         conflate: bool = False,
+        label: str = "",
     ) -> None:
         self.hub, self.state, self.subscription = hub, state, subscription
+        self.label = label  # the route, for logs
         self.cursors = dict(starts)  # next offset to read, per partition
         self.send, self.flow = send, flow
         self.conflate = conflate

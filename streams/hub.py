@@ -3,7 +3,8 @@
 It knows each topic a stream of this process reads (partitions, cleanup policy, where the fetcher stands),
 opens a cache window per partition on first use and has the fetcher read it from there, and wakes the
 streams of a topic when records arrive. Partitions nobody reads are paused at once and dropped, cache and
-all, after `SSE_TOPIC_IDLE_S` (bootstrap topics never are).
+all, after `SSE_TOPIC_IDLE_S` (bootstrap topics never are). Its janitor also runs the stall watch
+(streams/watchdog.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from streams.event_id import OFFSET_EARLIEST
 from streams.fetcher import FetchedBatch, Fetcher
 from streams.kafka import Metadata, TopicInfo, Watermarks
 from streams.positions import StartPlan, plan_start, since_offsets
+from streams.watchdog import StallWatch
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,12 @@ JANITOR_INTERVAL_S = 5.0
 
 
 class Subscriber(Protocol):
+    label: str  # the route, for logs
+    cursors: dict[int, int]  # next offset to read, per partition
+
+    def receiving(self) -> bool:
+        """The client takes what is written (its connection is not full, the stream not ended)."""
+
     def share_key(self) -> Hashable | None:
         """Subscribers with equal keys would write the same bytes for the next batch; None: not shareable now."""
 
@@ -77,6 +85,7 @@ class Hub:
         idle_s: float,
         bootstrap: tuple[str, ...] = (),
         coalesce_s: float = 0.0,
+        stall_s: float = 30.0,
     ) -> None:
         self.kafka = kafka
         self.loop = loop
@@ -89,12 +98,21 @@ class Hub:
         self._idle_s = idle_s
         self._bootstrap = bootstrap
         self._janitor: asyncio.Task[None] | None = None
+        self._janitor_interval = min(JANITOR_INTERVAL_S, idle_s / 2, stall_s / 2)
+        self.stalls = StallWatch(stall_s)
 
     def start(self) -> None:
         self.fetcher.start()
         self._janitor = asyncio.get_running_loop().create_task(self._sweep(), name="hub-janitor")
         for topic in self._bootstrap:
             asyncio.get_running_loop().create_task(self._warm(topic), name=f"hub-bootstrap:{topic}")
+
+    async def stop(self) -> None:
+        """Stop the janitor and the fetcher thread (a server process simply exits; tests run several hubs)."""
+        if self._janitor is not None:
+            self._janitor.cancel()
+            await asyncio.gather(self._janitor, return_exceptions=True)
+        await asyncio.to_thread(self.fetcher.stop)
 
     async def _warm(self, topic: str) -> None:
         try:
@@ -205,6 +223,7 @@ class Hub:
 
     def detach(self, state: TopicState, subscriber: Subscriber) -> None:
         state.subscribers.discard(subscriber)
+        self.stalls.forget(subscriber)
         if not state.subscribers and not state.bootstrap:
             state.idle_since = time.monotonic()
             self.fetcher.pause(state.name, state.info.partitions)
@@ -259,13 +278,22 @@ class Hub:
 
     async def _sweep(self) -> None:
         while True:
-            await asyncio.sleep(JANITOR_INTERVAL_S)
-            now = time.monotonic()
-            for state in list(self.topics.values()):
-                if state.idle_since is not None and not state.subscribers and now - state.idle_since > self._idle_s:
-                    self.fetcher.unassign(state.name, state.info.partitions)
-                    self.cache.drop(state.name)
-                    del self.topics[state.name]
+            await asyncio.sleep(self._janitor_interval)
+            self.sweep()
+            try:
+                topics = [state for state in self.topics.values() if state.subscribers]
+                await self.stalls.check(topics, self.cache, self.metadata, self.loop.time())
+            except Exception:
+                log.exception("the stall check failed")
+
+    def sweep(self, now: float | None = None) -> None:
+        """Drop the topics nobody has read for `idle_s`: their partitions, cache windows and state."""
+        now = time.monotonic() if now is None else now
+        for state in list(self.topics.values()):
+            if state.idle_since is not None and not state.subscribers and now - state.idle_since > self._idle_s:
+                self.fetcher.unassign(state.name, state.info.partitions)
+                self.cache.drop(state.name)
+                del self.topics[state.name]
 
     def stats(self) -> dict[str, int]:
         return {
@@ -274,6 +302,8 @@ class Hub:
             "subscriptions": sum(len(state.subscribers) for state in self.topics.values()),
             "cached_topics": len(self.topics),
             "cache_bytes": self.cache.bytes,
+            "stalled_streams": self.stalls.stalled,
+            "stalls_noticed": self.stalls.noticed,
         }
 
 
@@ -292,6 +322,7 @@ def get_hub() -> Hub:
             idle_s=settings.SSE_TOPIC_IDLE_S,
             bootstrap=settings.SSE_BOOTSTRAP_TOPICS,
             coalesce_s=settings.SSE_COALESCE_MS / 1000,
+            stall_s=settings.SSE_STALL_NOTICE_S,
         )
         hub.start()
     return hub

@@ -21,3 +21,6 @@ SSE_COALESCE_MS = envint("SSE_COALESCE_MS", default=20, minimum=0, maximum=1000)
 SSE_MAX_PENDING_BYTES = envint("SSE_MAX_PENDING_BYTES", default=1024 * 1024, minimum=64 * 1024)
 # ...once its connection has been full, draining nothing, for this long (a replay fills it for a moment).
 SSE_STALL_GRACE_MS = envint("SSE_STALL_GRACE_MS", default=2000, minimum=0)
+# A stream whose read position has not moved for this long while its client reads and its partitions grew is
+# logged and counted as stalled (`/-/health`): the symptom of a defect, made visible instead of silent.
+SSE_STALL_NOTICE_S = envint("SSE_STALL_NOTICE_S", default=30, minimum=1)

@@ -1,0 +1,212 @@
+"""A topic's life in one process, driven at random against the real broker: streams open (historical, live,
+resumed), close, topics go idle and are evicted, come back; after every step, every open stream receives what
+is produced next, in order, once. Then the stall watch: a stream that should receive and does not is noticed.
+
+In-process (tests/inprocess.py): the real hub, fetcher, cache and pumps, a fake client connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+from confluent_kafka import TopicPartition
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+
+from bindings.selectors import START_HISTORICAL, START_LIVE
+from streams.hub import Hub
+from tests.conftest import wait_until
+from tests.inprocess import LoopThread, OpenStream, close_stream, new_hub, open_stream
+from tests.test_zilla_scenarios import Produce
+
+
+@pytest.fixture
+def loop_thread() -> Iterator[LoopThread]:
+    runner = LoopThread()
+    yield runner
+    runner.close()
+
+
+@dataclass
+class Tracked:
+    stream: OpenStream
+    topic: str
+    first: int  # markers of the topic produced before it opened
+    historical: bool
+
+
+@dataclass
+class World:
+    runner: LoopThread
+    topics: list[tuple[str, int]]  # name, partitions
+    produce: Produce
+
+
+class Lifecycle(RuleBasedStateMachine):
+    world: World
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run = self.world.runner.run
+        # idle_s short, so the janitor also evicts on its own between steps, as in a server
+        self.hub: Hub = self.run(self._start_hub())
+        self.open: list[Tracked] = []
+        self.markers: dict[str, list[str]] = {name: [] for name, _ in self.world.topics}
+        self.count = 0
+        self.example = uuid.uuid4().hex[:8]  # markers are unique across examples, which share the topics
+
+    async def _start_hub(self) -> Hub:
+        hub = new_hub(self.world.runner.loop, idle_s=1.0, stall_s=1.0)
+        hub.start()
+        return hub
+
+    def teardown(self) -> None:
+        for tracked in self.open:
+            self.run(close_stream(tracked.stream))
+        self.run(self.hub.stop())
+
+    @rule(topic=st.integers(0, 1), start=st.sampled_from([START_HISTORICAL, START_LIVE]))
+    def subscribe(self, topic: int, start: str) -> None:
+        name = self.world.topics[topic][0]
+        stream = self.run(open_stream(self.hub, name, start=start))
+        self.open.append(Tracked(stream, name, len(self.markers[name]), start == START_HISTORICAL))
+
+    @precondition(lambda self: self.open)
+    @rule(data=st.data())
+    def unsubscribe(self, data: st.DataObject) -> None:
+        tracked = self.open.pop(data.draw(st.integers(0, len(self.open) - 1)))
+        self.run(close_stream(tracked.stream))
+
+    @precondition(lambda self: self.open)
+    @rule(data=st.data())
+    def resume(self, data: st.DataObject) -> None:
+        """The client of a stream reconnects with the id of the last event it got."""
+        tracked = self.open.pop(data.draw(st.integers(0, len(self.open) - 1)))
+        last_id = tracked.stream.last_id
+        self.run(close_stream(tracked.stream))
+        if last_id is None:
+            return
+        stream = self.run(open_stream(self.hub, tracked.topic, last_event_id=last_id))
+        self.open.append(Tracked(stream, tracked.topic, len(self.markers[tracked.topic]), historical=False))
+
+    @rule()
+    def idle_past_eviction(self) -> None:
+        """Every topic nobody reads is dropped, as if its idle time had passed."""
+
+        async def sweep() -> None:
+            self.hub.sweep(now=time.monotonic() + 3600)
+
+        self.run(sweep())
+
+    @invariant()
+    def every_open_stream_receives_what_is_produced_next(self) -> None:
+        for name, partitions in self.world.topics:
+            streams = [tracked for tracked in self.open if tracked.topic == name]
+            if not streams:
+                continue
+            self.count += 1
+            marker = f"{self.example}/{self.count}"
+            self.world.produce(name, marker.encode(), partition=self.count % partitions)
+            self.markers[name].append(marker)
+            wait_until(functools.partial(_all_received, marker, streams), timeout=5)
+            for tracked in streams:
+                expected = self.markers[name][tracked.first :]
+                values = tracked.stream.values
+                if tracked.historical:
+                    # History interleaves the partitions; what was produced since it opened came in order.
+                    assert [value for value in values if value in expected] == expected
+                    assert len(set(values)) == len(values), "an event was repeated"
+                else:
+                    assert values == expected
+        assert self.hub.stalls.noticed == 0
+
+
+def _all_received(marker: str, streams: list[Tracked]) -> bool:
+    return all(marker in tracked.stream.values for tracked in streams)
+
+
+def test_every_open_stream_receives_what_is_produced_next_through_any_lifecycle(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    class Machine(Lifecycle):
+        world = World(loop_thread, [(new_topic(partitions=2), 2), (new_topic(), 1)], produce)
+
+    run_state_machine_as_test(
+        Machine,
+        settings=settings(
+            max_examples=12, stateful_step_count=12, deadline=None, suppress_health_check=list(HealthCheck)
+        ),
+    )
+
+
+def test_a_stream_that_receives_nothing_while_its_partition_grows_is_noticed(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    topic = new_topic()
+    with running_hub(loop_thread, stall_s=0.5) as (hub, streams):
+        stream = streams(topic, start=START_LIVE)
+        produce(topic, b"before")
+        wait_until(lambda: stream.values == ["before"])
+        # The defect this watch is for: the consumer stops fetching a partition behind the fetcher's back.
+        hub.fetcher._commands.put(lambda consumer: consumer.pause([TopicPartition(topic, 0)]))
+
+        def noticed() -> bool:
+            produce(topic, b"while stalled")
+            return hub.stats()["stalled_streams"] == 1
+
+        wait_until(noticed, timeout=10, interval=0.2)
+        assert hub.stats()["stalls_noticed"] == 1
+        received = len(stream.values)
+
+        hub.fetcher._commands.put(lambda consumer: consumer.resume([TopicPartition(topic, 0)]))
+        wait_until(lambda: hub.stats()["stalled_streams"] == 0 and len(stream.values) > received, timeout=10)
+        assert hub.stats()["stalls_noticed"] == 1
+
+
+def test_a_client_that_does_not_read_or_a_quiet_topic_is_no_stall(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    busy, quiet = new_topic(), new_topic()
+    with running_hub(loop_thread, stall_s=0.5) as (hub, streams):
+        slow = streams(busy, start=START_LIVE)
+        streams(quiet, start=START_LIVE)
+        slow.flow.pause()  # its connection is full: the pump rightly waits
+        deadline = time.monotonic() + 3  # six stall bounds
+        while time.monotonic() < deadline:
+            produce(busy, b"x")
+            time.sleep(0.1)
+        assert hub.stats()["stalls_noticed"] == 0
+        assert slow.values == []
+        slow.flow.resume()
+        wait_until(lambda: len(slow.values) > 1)
+
+
+@contextlib.contextmanager
+def running_hub(loop_thread: LoopThread, **options: float) -> Iterator[tuple[Hub, Callable[..., OpenStream]]]:
+    """A started hub and a way to open streams on it; both closed at the end, whatever happened."""
+    hub: Hub = loop_thread.run(_started(loop_thread, **options))
+    opened: list[OpenStream] = []
+
+    def stream(topic: str, **kwargs: str) -> OpenStream:
+        opened.append(loop_thread.run(open_stream(hub, topic, **kwargs)))  # type: ignore[arg-type]
+        return opened[-1]
+
+    try:
+        yield hub, stream
+    finally:
+        for each in opened:
+            loop_thread.run(close_stream(each))
+        loop_thread.run(hub.stop())
+
+
+async def _started(loop_thread: LoopThread, **options: float) -> Hub:
+    hub = new_hub(loop_thread.loop, **options)
+    hub.start()
+    return hub
