@@ -7,6 +7,7 @@ In-process (tests/inprocess.py): the real hub, fetcher, cache and pumps, a fake 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import time
@@ -21,9 +22,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from bindings.selectors import START_HISTORICAL, START_LIVE
+from streams.endpoint import Pump
 from streams.hub import Hub
+from streams.subscription import Subscription, SubscriptionOptions
 from tests.conftest import wait_until
-from tests.inprocess import LoopThread, OpenStream, close_stream, new_hub, open_stream
+from tests.inprocess import FakeFlow, LoopThread, OpenStream, close_stream, new_hub, open_stream
 from tests.test_zilla_scenarios import Produce
 
 
@@ -221,3 +224,42 @@ async def _started(loop_thread: LoopThread, **options: float) -> Hub:
     hub = new_hub(loop_thread.loop, **options)
     hub.start()
     return hub
+
+
+def test_a_topic_evicted_while_a_stream_is_set_up_is_fetched_for_it(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    """The janitor may drop a topic between a new stream's metadata lookup and its attach: the attach brings
+    the topic back, cache window, fetch and all."""
+    topic = new_topic()
+    produce(topic, b"one")
+    with running_hub(loop_thread) as (hub, streams):
+        first = streams(topic)
+        wait_until(lambda: first.values == ["one"])
+        loop_thread.run(close_stream(first))
+
+        async def set_up_across_an_eviction() -> OpenStream:
+            state = await hub.topic(topic)
+            positions = await hub.positions(state, resumed=None, start=START_HISTORICAL, since_ms=None)
+            hub.sweep(now=time.monotonic() + 3600)  # the janitor runs while the stream is being set up
+            assert topic not in hub.topics
+            assert hub.cache.log(topic, 0) is None
+            subscription = Subscription(
+                positions.plan.progress, ends=positions.ends, starts=positions.starts, options=SubscriptionOptions()
+            )
+            flow = FakeFlow()
+            pump = Pump(hub, state, subscription, positions.starts, send=_unused, flow=flow)  # type: ignore[arg-type]
+            return OpenStream(pump, flow, asyncio.get_running_loop().create_task(pump.run(0)))
+
+        second = loop_thread.run(set_up_across_an_eviction())
+        try:
+            wait_until(lambda: second.values == ["one"])
+            produce(topic, b"two")
+            wait_until(lambda: second.values == ["one", "two"])
+            assert topic in hub.topics
+        finally:
+            loop_thread.run(close_stream(second))
+
+
+async def _unused(message: object) -> None:
+    raise AssertionError(message)
