@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import IO, Any, ClassVar
 
 import django
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 from django.conf import settings
 from django.core.management import call_command
 

@@ -23,9 +23,7 @@ from confluent_kafka import (
     TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._config import ConfigResource
-from confluent_kafka.admin._listoffsets import OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
 from config.kafka import KafkaSettings
 from streams import sse

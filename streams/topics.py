@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from config.kafka import KafkaSettings
 

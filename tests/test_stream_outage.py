@@ -14,8 +14,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from bindings.services import do_put_route
 from streams.event_id import encode_progress
