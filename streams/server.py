@@ -4,7 +4,8 @@ Stock daphne's `send()` never waits for the socket: bytes for a client that stop
 Twisted's transport buffer without bound. Twisted computes pause/resume for every connection but daphne
 registers nobody to hear it; `FlowControlServer` registers a push producer (`Flow`) on each HTTP request and
 hands it to the app as `scope["extensions"]["sse.flow"]`. Streams then stop writing to a paused client, and
-close it past a bound (it resumes from its Last-Event-ID). See shared/reference/daphne-flow-control.md.
+close it past a bound (it resumes from its Last-Event-ID). Why, and which Twisted internals this relies on:
+docs/decisions/0001-daphne-with-write-flow-control.md.
 
 Run with `python -m streams.server` and daphne's usual arguments.
 """
@@ -22,6 +23,10 @@ from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
 FLOW_EXTENSION = "sse.flow"
+# Twisted internals `Flow.write` reads. They are not public API: pyproject.toml bounds Twisted's version, and
+# tests/test_twisted_internals.py fails, naming what is gone, when a release drops one.
+TRANSPORT_INTERNALS = ("TLS", "connected", "socket", "dataBuffer", "offset", "_tempDataLen", "_writeDisconnected")
+REQUEST_INTERNALS = ("startedWriting", "chunked", "finished", "sentLength", "_disconnected")
 
 
 @implementer(IPushProducer)

@@ -1,0 +1,54 @@
+"""The Twisted internals daphne's write flow control reads (streams/server.py) are still there.
+
+They are not public API, so a Twisted release may drop or rename one; then this test names it, instead of
+flow control quietly degrading. See docs/decisions/0001-daphne-with-write-flow-control.md.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import twisted
+from twisted.internet import tcp
+from twisted.internet.address import IPv4Address
+from twisted.web import http
+
+from streams.server import REQUEST_INTERNALS, TRANSPORT_INTERNALS, Flow
+
+
+@pytest.fixture
+def connection() -> Iterator[tuple[tcp.Connection, http.Request]]:
+    """A real TCP connection object and an HTTP request on it (no reactor runs: nothing is sent)."""
+    ours, theirs = socket.socketpair()
+    make_connection: Any = tcp.Connection  # no protocol and no reactor: typed for neither
+    transport = make_connection(ours, None, reactor=object())
+    transport.getPeer = lambda: IPv4Address("TCP", "127.0.0.1", 40000)
+    transport.getHost = lambda: IPv4Address("TCP", "127.0.0.1", 8000)
+    channel: Any = http.HTTPChannel()  # type: ignore[no-untyped-call]
+    channel.transport = transport
+    yield transport, http.Request(channel)
+    ours.close()
+    theirs.close()
+
+
+def test_twisted_still_has_the_internals_flow_control_reads(connection: tuple[tcp.Connection, http.Request]) -> None:
+    transport, request = connection
+    missing = [f"tcp.Connection.{name}" for name in TRANSPORT_INTERNALS if not hasattr(transport, name)]
+    missing += [f"http.Request.{name}" for name in REQUEST_INTERNALS if not hasattr(request, name)]
+    missing += [f"http.Request.{name}" for name in ("registerProducer", "unregisterProducer")
+                if not hasattr(request, name)]  # fmt: skip
+    assert not missing, f"Twisted {twisted.__version__} no longer has what streams/server.py reads: {missing}"
+
+
+def test_flow_writes_to_the_socket_directly_only_on_an_idle_chunked_response(
+    connection: tuple[tcp.Connection, http.Request],
+) -> None:
+    transport, request = connection
+    assert Flow._can_send_now(request, transport) is False  # nothing written yet: headers go through Twisted
+    request.startedWriting, request.chunked, transport.connected = 1, 1, 1
+    assert Flow._can_send_now(request, transport) is True
+    transport.dataBuffer = b"pending"  # Twisted holds bytes for this client: they go first
+    assert Flow._can_send_now(request, transport) is False
