@@ -115,7 +115,7 @@ class Endpoint(models.Model):
 
 
 class Guard(models.Model):
-    """A JWT guard (Zilla's `jwt` guard): which tokens it accepts and what it reads from them (SPEC.md §1)."""
+    """A JWT guard (Zilla's `jwt` guard): which tokens it accepts and what it reads from them (docs/contract.md §1)."""
 
     name = models.SlugField(max_length=100, unique=True, help_text="Unique name; routes and templates use it.")
     issuer = models.CharField(max_length=255, help_text="The `iss` claim a token must carry, exactly.")

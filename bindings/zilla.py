@@ -14,7 +14,8 @@ Import reads a whole zilla.yaml:
 Everything else (tcp, tls, http, kafka, filesystem bindings, other guard types, vaults, telemetry) is listed as
 ignored in the result, never dropped silently.
 
-Our extensions (SPEC.md §7) ride in the same places, so an export imports back to the same configuration: route
+Our extensions (docs/contract.md §7) ride in the same places, so an export imports back to the same
+configuration: route
 `name` and `position`, `with.start`, `with.caught_up`, `with.slow_client`, a filter's `value: {path, equals}`,
 the sse binding's `options.keepalive` (seconds), `options.cors: {origins, credentials}` and `options.endpoint`
 (the endpoint's name when the binding's name cannot be it), and a jwt guard's `options.cookie`. What Zilla

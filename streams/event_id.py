@@ -1,4 +1,4 @@
-"""Zilla-compatible SSE event ids: the `${etag}` progress codec and the key form (SPEC.md §4).
+"""Zilla-compatible SSE event ids: the `${etag}` progress codec and the key form (docs/contract.md §4).
 
 `${etag}` is base64url (padded) of: byte 0x01, zig-zag LEB128 partition count, then per partition the
 zig-zag varint partition id and zig-zag varint64 next offset to read (-2 = earliest). A message's `etag`

@@ -1,4 +1,4 @@
-"""Route filters compiled against a request's params (SPEC.md §1, §7).
+"""Route filters compiled against a request's params (docs/contract.md §1, §7).
 
 Any filter matches; within one filter the key, every header and the value condition must all match.
 """

@@ -1,4 +1,4 @@
-"""JWT guards on the data plane (SPEC.md §1, §2): who may open a stream, and what templates learn of them.
+"""JWT guards on the data plane (docs/contract.md §1, §2): who may open a stream, and what templates learn of them.
 
 A route may name guards with the roles each requires; a request is authorised when every guard verifies its
 token and finds every role. Routes are tried in order: the first that matches the path and authorises serves.

@@ -1,4 +1,4 @@
-"""Where each partition of a new stream starts (SPEC.md §4, §5, §7): pure decisions, no broker calls.
+"""Where each partition of a new stream starts (docs/contract.md §4, §5, §7): pure decisions, no broker calls.
 
 Inputs are what the broker said (watermarks, timestamp lookups) and what the client asked (resume id, start
 mode, `since`); the output is the offsets to assign, the progress map the ids start from, and the `reset`

@@ -1,4 +1,4 @@
-"""Match a request path against the routes (SPEC.md §1): first match wins, `{name}` is one segment."""
+"""Match a request path against the routes (docs/contract.md §1): first match wins, `{name}` is one segment."""
 
 from __future__ import annotations
 

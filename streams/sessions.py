@@ -1,4 +1,4 @@
-"""Continuous authorisation (SPEC.md §6): guarded streams end when their token does, unless renewed.
+"""Continuous authorisation (docs/contract.md §6): guarded streams end when their token does, unless renewed.
 
 A guard with `challenge: N` has each stream sent an `event:challenge` N seconds before its token expires. The
 client answers with a POST to any stream path, `content-type: application/x-challenge-response`, and a new

@@ -1,4 +1,4 @@
-"""The SSE wire format (SPEC.md §3): events, comments and the retry line, as bytes."""
+"""The SSE wire format (docs/contract.md §3): events, comments and the retry line, as bytes."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """One stream's view of a topic: turns records into SSE bytes, with no I/O of its own.
 
 It keeps the progress map behind the event ids, applies the route's filters, and on compacted topics holds
-back each partition's records up to the end as of subscribe time, then sends only the latest per key (SPEC.md
-§5). It also decides when the opt-in `caught-up` event is due (SPEC.md §7).
+back each partition's records up to the end as of subscribe time, then sends only the latest per key (docs/contract.md
+§5). It also decides when the opt-in `caught-up` event is due (docs/contract.md §7).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The `${etag}` event-id codec (SPEC.md §4): Zilla's test vectors, round trips, malformed input."""
+"""The `${etag}` event-id codec (docs/contract.md §4): Zilla's test vectors, round trips, malformed input."""
 
 from __future__ import annotations
 

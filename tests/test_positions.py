@@ -1,4 +1,4 @@
-"""Start-position decisions (SPEC.md §4, §5, §7), with the broker's answers given as data.
+"""Start-position decisions (docs/contract.md §4, §5, §7), with the broker's answers given as data.
 
 The embedded broker cannot delete records (so no partition ever starts above 0) and its timestamp lookup
 always answers 0; these decisions are therefore covered here, and end to end only where it can show them.

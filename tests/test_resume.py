@@ -1,4 +1,4 @@
-"""Resume correctness (SPEC.md §4 guarantee): across many disconnects and resumes, every matching message of
+"""Resume correctness (docs/contract.md §4 guarantee): across many disconnects and resumes, every matching message of
 each partition arrives exactly once and in partition order, while a producer keeps writing."""
 
 from __future__ import annotations

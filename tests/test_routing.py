@@ -1,4 +1,4 @@
-"""Path patterns and route matching (SPEC.md §1)."""
+"""Path patterns and route matching (docs/contract.md §1)."""
 
 from __future__ import annotations
 

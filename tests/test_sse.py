@@ -1,4 +1,4 @@
-"""The SSE wire format (SPEC.md §3)."""
+"""The SSE wire format (docs/contract.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Beyond Zilla, end to end (SPEC.md §5, §7): live start, since, compaction, reset, caught-up, value filters, CORS."""
+"""Beyond Zilla, end to end (docs/contract.md §5, §7): live start, since, compaction, reset, caught-up, value
+filters, CORS."""
 
 from __future__ import annotations
 

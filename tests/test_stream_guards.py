@@ -1,5 +1,5 @@
-"""JWT guards on a live daphne (SPEC.md §1, §2, §6): 401, 403, where tokens come from, identity templates, the
-first route that authorises, and a stream that ends when its token does."""
+"""JWT guards on a live daphne (docs/contract.md §1, §2, §6): 401, 403, where tokens come from, identity
+templates, the first route that authorises, and a stream that ends when its token does."""
 
 from __future__ import annotations
 

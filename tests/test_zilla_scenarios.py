@@ -1,9 +1,10 @@
 """Zilla's binding-sse-kafka and binding-sse (server) scenarios that can be observed over HTTP.
 
-Each test is named after its scenario in ../shared/reference/zilla-behaviour.md §3 and runs against a live
-daphne and the real broker. Where we differ from Zilla (SPEC.md **differs**) the test asserts our behaviour
-and says so. Scenarios that need JWT guards (handshake.my.stream, handshake.with.attributes,
-challenge/respond.to.challenge) come with the guards; ones with nothing on the wire (server.sent.flush,
+Each test is named after the scenario of Zilla's own specification scripts (its `binding-sse-kafka` and
+`binding-sse` test specs) it reproduces, and runs against a live daphne and the real broker. Where we differ
+from Zilla (docs/contract.md, marked **differs**) the test asserts our behaviour and says so. Scenarios that
+need JWT guards (handshake.my.stream, handshake.with.attributes, challenge/respond.to.challenge) come with the
+guards; ones with nothing on the wire (server.sent.flush,
 advise/flush) or no counterpart here (server.sent.abort/reset: a Kafka stream never ends or aborts;
 data/valid|invalid: no validators; type/*: the only typed events are ours) have no test.
 """
