@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from bindings.selectors import START_HISTORICAL, START_LIVE
-from streams.endpoint import Pump
 from streams.hub import Hub
+from streams.pump import Pump
 from streams.subscription import Subscription, SubscriptionOptions
 from tests.conftest import wait_until
 from tests.inprocess import FakeFlow, LoopThread, OpenStream, close_stream, new_hub, open_stream

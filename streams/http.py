@@ -1,0 +1,77 @@
+"""HTTP pieces of the stream endpoint: JSON and problem responses, CORS headers, the resume id and the raw path
+of a request (docs/contract.md §2, §4)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qs
+
+from bindings.selectors import EndpointSpec
+from streams.asgi import Scope, Send, header
+
+MAX_LAST_EVENT_ID_BYTES = 4096
+STREAM_METHODS = "GET, HEAD, OPTIONS"
+
+
+async def respond_json(
+    send: Send, status: int, body: dict[str, Any], *, headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    payload = json.dumps(body).encode()
+    content_type = b"application/problem+json" if status >= 400 else b"application/json"  # noqa: PLR2004
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type),
+                (b"content-length", str(len(payload)).encode()),
+                (b"cache-control", b"no-store"),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def problem(
+    send: Send, status: int, title: str, detail: str, *, headers: tuple[tuple[bytes, bytes], ...] = (), **extra: Any
+) -> None:
+    """An RFC 9457 problem response."""
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
+    await respond_json(send, status, body, headers=headers)
+
+
+def last_event_id(scope: Scope) -> bytes | None:
+    """The resume position: the Last-Event-ID header, else the `lastEventId` query parameter."""
+    found = header(scope, b"last-event-id")
+    if found is not None:
+        return found
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+    values = query.get("lastEventId")
+    return values[0].encode("utf-8") if values else None
+
+
+def cors_headers(endpoint: EndpointSpec, origin: bytes | None) -> tuple[tuple[bytes, bytes], ...]:
+    """CORS response headers for an allowed `origin`; none for others (the browser then blocks the read)."""
+    if origin is None or not endpoint.cors_origins:
+        return ()
+    text = origin.decode("latin-1")
+    wildcard = "*" in endpoint.cors_origins
+    if wildcard and not endpoint.cors_credentials:
+        allowed = b"*"
+    elif wildcard or text in endpoint.cors_origins:
+        allowed = origin
+    else:
+        return ()
+    headers = [(b"access-control-allow-origin", allowed), (b"vary", b"origin")]
+    if endpoint.cors_credentials:
+        headers.append((b"access-control-allow-credentials", b"true"))
+    return tuple(headers)
+
+
+def raw_path(scope: Scope) -> str:
+    raw = scope.get("raw_path")
+    if raw:
+        return bytes(raw).split(b"?", 1)[0].decode("latin-1")
+    return str(scope["path"])
