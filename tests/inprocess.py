@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 from django.conf import settings
 
 from bindings.selectors import START_HISTORICAL
-from streams.endpoint import Pump
 from streams.event_id import parse_id
 from streams.filters import CompiledFilter
 from streams.hub import Hub
+from streams.pump import Pump
 from streams.subscription import Subscription, SubscriptionOptions
 from tests.sse_client import Event, parse_block
 
@@ -113,6 +113,7 @@ async def open_stream(
     last_event_id: str | None = None,
     filters: tuple[CompiledFilter, ...] = (),
     keepalive: int = 0,
+    conflate: bool = False,
 ) -> OpenStream:
     """Open a stream the way the endpoint does, on a fake connection."""
     state = await hub.topic(topic)
@@ -122,7 +123,10 @@ async def open_stream(
     subscription = Subscription(positions.plan.progress, ends=positions.ends, starts=positions.starts, options=options)
     flow = FakeFlow()
     flow.write(subscription.preamble(positions.plan.resets))
-    pump = Pump(hub, state, subscription, positions.starts, send=_no_send, flow=flow, label=f"test:{topic}")  # type: ignore[arg-type]
+    pump = Pump(
+        hub, state, subscription, positions.starts,
+        send=_no_send, flow=flow, conflate=conflate, label=f"test:{topic}",  # type: ignore[arg-type]
+    )  # fmt: skip
     task = asyncio.get_running_loop().create_task(pump.run(keepalive))
     return OpenStream(pump, flow, task)
 

@@ -1,0 +1,138 @@
+"""The pump and the hub's fan-out in the test process (tests/inprocess.py): the real hub, fetcher, cache and
+broker, a fake client connection whose fullness the test sets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from bindings.selectors import FilterSpec
+from streams import sse
+from streams.filters import compile_filters
+from streams.kafka import ReaderStats
+from streams.stats import StreamStats
+from tests.conftest import wait_until
+from tests.inprocess import LoopThread, OpenStream
+from tests.test_hub_lifecycle import running_hub
+from tests.test_zilla_scenarios import Produce
+
+LIVE = "live"
+
+
+@pytest.fixture
+def loop_thread() -> Iterator[LoopThread]:
+    runner = LoopThread()
+    yield runner
+    runner.close()
+
+
+def test_a_client_that_stays_full_and_falls_behind_is_closed(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    topic = new_topic()
+    before = StreamStats.closed_slow
+    with running_hub(loop_thread) as (_hub, streams):
+        stream = streams(topic, start=LIVE)
+        stream.pump.max_pending, stream.pump.stall_grace_s = 2000, 0.0
+        stream.flow.pause()
+        for index in range(5):
+            produce(topic, b"%d" % index + b"x" * 1000)
+        wait_until(lambda: stream.flow.closed, timeout=10)
+        assert StreamStats.closed_slow == before + 1
+        assert stream.values == []  # nothing went to a full connection
+
+
+def test_a_full_client_within_its_bound_waits_and_then_gets_everything(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    topic = new_topic()
+    with running_hub(loop_thread) as (hub, streams):
+        stream = streams(topic, start=LIVE)
+        stream.flow.pause()
+        for index in range(3):
+            produce(topic, b"%d" % index)
+        wait_until(lambda: hub.cache.log(topic, 0) is not None and hub.cache.log(topic, 0).next_offset == 3)  # type: ignore[union-attr]
+        assert stream.values == []
+        stream.flow.resume()
+        wait_until(lambda: stream.values == ["0", "1", "2"])
+        assert not stream.flow.closed
+
+
+def test_a_conflating_client_that_fell_behind_gets_the_latest_value_per_key(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    topic = new_topic()
+    with running_hub(loop_thread) as (hub, streams):
+        stream = streams(topic, start=LIVE, conflate=True)
+        stream.flow.pause()
+        for key, value in [(b"a", b"a1"), (b"b", b"b1"), (b"a", b"a2"), (b"a", b"a3")]:
+            produce(topic, value, key=key)
+        wait_until(lambda: hub.cache.log(topic, 0) is not None and hub.cache.log(topic, 0).next_offset == 4)  # type: ignore[union-attr]
+        stream.flow.resume()
+        wait_until(lambda: stream.values == ["b1", "a3"])
+        produce(topic, b"a4", key=b"a")  # caught up: each update goes out again
+        wait_until(lambda: stream.values == ["b1", "a3", "a4"])
+
+
+def test_history_older_than_the_window_is_read_and_handed_over_to_it(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    topic = new_topic()
+    for index in range(20):
+        produce(topic, b"%d" % index)
+    with running_hub(loop_thread) as (_hub, streams):
+        live = streams(topic, start=LIVE)  # opens the window at the end: offset 20
+        replay = streams(topic)  # from offset 0: a historical reader, then the window
+        wait_until(lambda: replay.values == [str(index) for index in range(20)])
+        wait_until(lambda: replay.pump.history is None)  # handed over: its reader is closed
+        produce(topic, b"20")
+        wait_until(lambda: replay.values[-1] == "20" and live.values == ["20"])
+        assert len(replay.values) == 21
+    assert ReaderStats.historical_readers == 0
+
+
+def test_a_quiet_stream_gets_a_keepalive_comment(loop_thread: LoopThread, new_topic: Callable[..., str]) -> None:
+    topic = new_topic()
+    with running_hub(loop_thread) as (_hub, streams):
+        stream = streams(topic, start=LIVE, keepalive=1)
+        wait_until(lambda: bytes(stream.flow.data).count(sse.KEEPALIVE) >= 2, timeout=5)
+        assert stream.values == []
+
+
+def test_streams_in_the_same_position_share_one_encoding_of_a_batch(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    """The fan-out groups pumps by share key: one reads and encodes, the others write the same bytes."""
+    topic = new_topic()
+    with running_hub(loop_thread) as (_hub, streams):
+        same = [streams(topic, start=LIVE) for _ in range(3)]
+        only_k = compile_filters([FilterSpec(key="k")], {})
+        filtered = streams(topic, start=LIVE, filters=only_k)
+        produce(topic, b"first")
+        wait_until(lambda: all(stream.values == ["first"] for stream in same))
+        wait_until(lambda: all(stream.pump.idle for stream in [*same, filtered]))  # parked: the hub writes
+        feeds = count_feeds([*same, filtered])
+        produce(topic, b"second", key=b"k")
+        wait_until(lambda: all(stream.values == ["first", "second"] for stream in same))
+        wait_until(lambda: filtered.values == ["second"])
+        assert {bytes(stream.flow.data) for stream in same} == {bytes(same[0].flow.data)}
+        assert sum(1 for stream in same if feeds[id(stream)]) == 1  # one of the three encoded, the others adopted
+        assert feeds[id(filtered)] >= 1  # other options: a group of its own
+
+
+def count_feeds(streams: list[OpenStream]) -> dict[int, int]:
+    """Count each stream's `Subscription.feed` calls from now on."""
+    counts = dict.fromkeys((id(stream) for stream in streams), 0)
+    for stream in streams:
+        subscription = stream.pump.subscription
+        original = subscription.feed
+
+        def feed(
+            *args: object, _original: Callable[..., bytes] = original, _key: int = id(stream), **kw: object
+        ) -> bytes:
+            counts[_key] += 1
+            return _original(*args, **kw)
+
+        subscription.feed = feed  # type: ignore[method-assign]
+    return counts
