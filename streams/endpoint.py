@@ -282,7 +282,7 @@ class Stream:
             log.debug("ending a stream: %s", reason)
             self.stop.set_result(reason)
             if self.pump is not None:
-                self.pump.stopped = True  # nothing more goes out, not even from the hub's direct writes
+                self.pump.stop()
 
     async def subscribe(
         self, hub: Hub, state: TopicState, matched: Match, resume: bytes | None, since_ms: int | None

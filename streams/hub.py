@@ -36,7 +36,10 @@ JANITOR_INTERVAL_S = 5.0
 
 class Subscriber(Protocol):
     label: str  # the route, for logs
-    cursors: dict[int, int]  # next offset to read, per partition
+
+    @property
+    def cursors(self) -> dict[int, int]:
+        """Next offset to read, per partition."""
 
     def receiving(self) -> bool:
         """The client takes what is written (its connection is not full, the stream not ended)."""

@@ -28,7 +28,10 @@ log = logging.getLogger(__name__)
 
 class Watched(Protocol):
     label: str  # the route, for the log
-    cursors: dict[int, int]  # next offset to read, per partition
+
+    @property
+    def cursors(self) -> dict[int, int]:
+        """Next offset to read, per partition."""
 
     def receiving(self) -> bool:
         """The client takes what is written (its connection is not full, the stream not ended)."""

@@ -11,6 +11,7 @@ from bindings.selectors import FilterSpec
 from streams import sse
 from streams.filters import compile_filters
 from streams.kafka import ReaderStats
+from streams.pump import Phase
 from streams.stats import StreamStats
 from tests.conftest import wait_until
 from tests.inprocess import LoopThread, OpenStream
@@ -85,7 +86,7 @@ def test_history_older_than_the_window_is_read_and_handed_over_to_it(
         live = streams(topic, start=LIVE)  # opens the window at the end: offset 20
         replay = streams(topic)  # from offset 0: a historical reader, then the window
         wait_until(lambda: replay.values == [str(index) for index in range(20)])
-        wait_until(lambda: replay.pump.history is None)  # handed over: its reader is closed
+        wait_until(lambda: replay.pump.reader.history is None)  # handed over: its reader is closed
         produce(topic, b"20")
         wait_until(lambda: replay.values[-1] == "20" and live.values == ["20"])
         assert len(replay.values) == 21
@@ -111,7 +112,9 @@ def test_streams_in_the_same_position_share_one_encoding_of_a_batch(
         filtered = streams(topic, start=LIVE, filters=only_k)
         produce(topic, b"first")
         wait_until(lambda: all(stream.values == ["first"] for stream in same))
-        wait_until(lambda: all(stream.pump.idle for stream in [*same, filtered]))  # parked: the hub writes
+        wait_until(
+            lambda: all(stream.pump.phase is Phase.PARKED for stream in [*same, filtered])
+        )  # parked: the hub writes
         feeds = count_feeds([*same, filtered])
         produce(topic, b"second", key=b"k")
         wait_until(lambda: all(stream.values == ["first", "second"] for stream in same))

@@ -1,0 +1,128 @@
+"""The reading half of a stream: where it stands in each partition, and the records to send next.
+
+Reads come from the process's cache window of each partition; what the window no longer holds (the stream
+starts before it, or eviction overtook a slow client) comes from a short-lived `HistoricalReader`, which hands
+over to the window offset by offset, with no gap and no duplicate. Records become bytes through the stream's
+`Subscription`. Nothing here writes to a client: that is the pump's half (streams/pump.py).
+"""
+
+from __future__ import annotations
+
+from config.kafka import KafkaSettings
+from streams.cache import Cache
+from streams.hub import TopicState
+from streams.kafka import HistoricalReader, Record
+from streams.subscription import Subscription
+
+HISTORY_POLL_S = 0.05
+CHUNK_BYTES = 256 * 1024  # at most this much per write, so no connection's buffer holds more
+
+
+class StreamReader:
+    def __init__(
+        self, cache: Cache, kafka: KafkaSettings, state: TopicState, subscription: Subscription, starts: dict[int, int]
+    ) -> None:
+        self.cache, self.kafka, self.state, self.subscription = cache, kafka, state, subscription
+        self.cursors = dict(starts)  # next offset to read, per partition
+        self.history: HistoricalReader | None = None
+        self.history_partitions: set[int] = set()
+        self.backlog: list[Record] = []  # records from the historical reader not sent yet
+
+    @property
+    def topic(self) -> str:
+        return self.state.name
+
+    def pending(self) -> bool:
+        """Records are ready in the window, or a partition fell behind it (eviction overtook a slow reader, which
+        must then read that part from Kafka)."""
+        for partition, cursor in self.cursors.items():
+            window = self.cache.log(self.topic, partition)
+            if window is None:
+                continue
+            if cursor < window.start or (cursor < window.next_offset and window.read(cursor, 1)):
+                return True
+        return False
+
+    def busy(self) -> bool:
+        """More to read right away: the history is still being read, or the window holds more."""
+        return self.history is not None or bool(self.backlog) or self.pending()
+
+    def lag_bytes(self) -> int:
+        """Bytes the window holds past this stream's position: how far behind its client is."""
+        total = 0
+        for partition, cursor in self.cursors.items():
+            window = self.cache.log(self.topic, partition)
+            if window is not None:
+                total += window.lag_bytes(max(cursor, window.start))
+        return total
+
+    def take_position(self, other: StreamReader, delivered: int) -> None:
+        """Stand where `other`, in the same position a moment ago, stands after its read."""
+        self.cursors = dict(other.cursors)
+        self.subscription.adopt(other.subscription, delivered)
+
+    def read_cache(self, *, conflate: bool = False) -> bytes:
+        """The next chunk from the windows, as SSE bytes. `conflate`: everything the windows hold, only the
+        latest value per key, skipping what the windows no longer hold."""
+        records = []
+        eof = []
+        budget = CHUNK_BYTES
+        for partition in self.cursors:
+            window = self.cache.log(self.topic, partition)
+            if window is not None and conflate and self.cursors[partition] < window.start:
+                # Conflating skips what the window no longer holds: a key updated only before it is not resent.
+                self.cursors[partition] = window.start
+            cursor = self.cursors[partition]
+            if window is None or cursor < window.start:
+                continue
+            got = window.read(cursor, len(window)) if conflate else _within_budget(window.read(cursor), budget)
+            if got:
+                records.extend(got)
+                budget -= sum(record.size for record in got)
+                self.cursors[partition] = got[-1].offset + 1
+            elif partition in self.state.at_end:
+                eof.append(partition)
+        return self.subscription.feed(records, eof, conflate=conflate) if records or eof else b""
+
+    async def read_history(self) -> bytes:
+        """Records older than the cache window, from a short-lived reader that hands over to the window."""
+        behind = {}
+        for partition, cursor in self.cursors.items():
+            window = self.cache.log(self.topic, partition)
+            if window is not None and cursor < window.start:
+                behind[partition] = cursor
+        if not behind:
+            await self.close_history()
+            return b""
+        if self.history is not None and not behind.keys() <= self.history_partitions:
+            # Eviction put another partition behind the window: read it too, from where each one stands.
+            await self.close_history()
+        if self.history is None:
+            self.history = HistoricalReader(self.kafka, self.topic)
+            self.history_partitions = set(behind)
+            await self.history.start(behind)
+        if not self.backlog:
+            self.backlog = (await self.history.poll(HISTORY_POLL_S)).records
+        records = _within_budget(self.backlog, CHUNK_BYTES)
+        del self.backlog[: len(records)]
+        records = [r for r in records if r.partition in behind and r.offset >= self.cursors[r.partition]]
+        for record in records:
+            self.cursors[record.partition] = record.offset + 1
+        return self.subscription.feed(records) if records else b""
+
+    async def close_history(self) -> None:
+        """Close the historical reader, if any; it is let go first, so a cancelled close is never repeated."""
+        history, self.history, self.backlog = self.history, None, []
+        if history is not None:
+            await history.close()
+
+
+def _within_budget(records: list[Record], budget: int) -> list[Record]:
+    """The first records whose sizes fit in `budget` (at least one, so a big record still goes out), as a new
+    list: callers remove what they took from `records`."""
+    total = 0
+    for index, record in enumerate(records):
+        total += record.size
+        if total > budget:
+            return records[: max(index, 1)] if budget > 0 else []
+    return records[:]
