@@ -40,11 +40,52 @@ class Phase(enum.Enum):
     STOPPED = "stopped"
 
 
+class Drained(enum.Enum):
+    """How a wait on a full connection ended."""
+
+    WRITABLE = "writable"  # it has room again
+    BEHIND = "behind"  # it has room again, and a conflating client sends only the latest per key next
+    CLOSED = "closed"  # the client stayed full and fell too far behind: it was closed (it resumes)
+
+
+class SlowClientPolicy:
+    """The route's slow-client policy, applied while a client's connection is full. `close` (the default): wait,
+    and close a client that has drained nothing for SSE_STALL_GRACE_MS and is more than SSE_MAX_PENDING_BYTES
+    behind; it resumes with nothing lost. `conflate`: wait for as long as it takes, then send only the latest
+    pending value per key."""
+
+    def __init__(self, *, conflate: bool) -> None:
+        self.conflate = conflate
+        self.max_pending = settings.SSE_MAX_PENDING_BYTES
+        self.stall_grace_s = settings.SSE_STALL_GRACE_MS / 1000
+
+    async def wait(self, flow: Flow, reader: StreamReader) -> Drained:
+        loop = asyncio.get_running_loop()
+        paused_since = loop.time()
+        behind = False
+        while flow.paused and not flow.closed:
+            if self.conflate:
+                behind = True
+                await flow.wait_writable()
+                continue
+            # A pause alone is no stall (a replay fills the connection for a moment): close only a client that
+            # has drained nothing for a while and is far behind.
+            stalled = loop.time() - paused_since >= self.stall_grace_s
+            if stalled and reader.lag_bytes() > self.max_pending:
+                StreamStats.closed_slow += 1
+                log.info("closing a slow client of %s: more than %d bytes behind", reader.topic, self.max_pending)
+                flow.abort()
+                return Drained.CLOSED
+            try:
+                await asyncio.wait_for(flow.wait_writable(), 0.25)
+            except TimeoutError:
+                continue
+        return Drained.BEHIND if behind else Drained.WRITABLE
+
+
 class Pump:
     """Moves one stream's records to its client: everything ready goes out in one write. A full connection is
-    not written to; then, by the route's slow-client policy, the client is closed once more than
-    SSE_MAX_PENDING_BYTES behind (it resumes with nothing lost), or, conflating, it is sent only the latest
-    pending value per key when it drains."""
+    not written to; its slow-client policy decides what happens while it is full."""
 
     def __init__(
         self,
@@ -62,19 +103,16 @@ class Pump:
         self.reader = StreamReader(hub.cache, hub.kafka, state, subscription, starts)
         self.label = label  # the route, for logs
         self.send, self.flow = send, flow
-        self.conflate = conflate
+        self.policy = SlowClientPolicy(conflate=conflate)
         self.behind = False  # conflating: the connection was full, so the next read conflates what is pending
         self.phase = Phase.WORKING
         self.waiter = asyncio.Event()
         self.loop = asyncio.get_running_loop()
         self.shared_delivered = 0  # what the last direct write delivered and shared with the group
         self.shared_pending = False
-        self.keepalive = 0
-        self.keepalive_due = False
+        self.keepalive_due = False  # the keep-alive timer asks the task to send one with its next write
         self.last_write = self.loop.time()
-        self.timer: asyncio.TimerHandle | None = None
-        self.max_pending = settings.SSE_MAX_PENDING_BYTES
-        self.stall_grace_s = settings.SSE_STALL_GRACE_MS / 1000
+        self.keepalive: KeepAlive | None = None
         self.injected = b""
         self.state = self.reader.state = hub.attach(state, starts, self)
 
@@ -93,8 +131,8 @@ class Pump:
 
     async def close(self) -> None:
         self.stop()
-        if self.timer is not None:
-            self.timer.cancel()
+        if self.keepalive is not None:
+            self.keepalive.cancel()
         self.hub.detach(self.state, self)
         await self.reader.close_history()
 
@@ -154,27 +192,16 @@ class Pump:
         if leader.shared_pending or self.flow.paused:
             self.waiter.set()
 
-    def _keepalive(self) -> None:
-        if self.phase is Phase.STOPPED:
-            return
-        idle_for = self.loop.time() - self.last_write
-        if idle_for >= self.keepalive:
-            if self.phase is Phase.PARKED and self.flow is not None and not self.flow.paused:
-                self.flow.write(sse.KEEPALIVE)
-                self.last_write = self.loop.time()
-            else:
-                self.keepalive_due = True
-                self.waiter.set()
-        self.timer = self.loop.call_at(self.last_write + self.keepalive, self._keepalive)
-
     async def run(self, keepalive: int) -> None:
-        self.keepalive = keepalive
         if keepalive:
-            self.timer = self.loop.call_at(self.last_write + keepalive, self._keepalive)
+            self.keepalive = KeepAlive(self, keepalive)
         while True:
             self.waiter.clear()
-            if not await self.writable():
-                return
+            if self.flow is not None and self.flow.paused:
+                drained = await self.policy.wait(self.flow, self.reader)
+                if drained is Drained.CLOSED:
+                    return
+                self.behind = drained is Drained.BEHIND
             # A conflating client that fell behind skips the history, to the window.
             history = b"" if self.behind else await self.reader.read_history()
             data = history + self._read_cache()
@@ -205,26 +232,27 @@ class Pump:
         conflate, self.behind = self.behind, False
         return self.reader.read_cache(conflate=conflate)
 
-    async def writable(self) -> bool:
-        """Wait while the client's connection is full; False (and the connection closed) once it is too far
-        behind."""
-        flow = self.flow
-        paused_since = asyncio.get_running_loop().time()
-        while flow is not None and flow.paused and not flow.closed:
-            if self.conflate:
-                self.behind = True
-                await flow.wait_writable()
-                continue
-            # A pause alone is no stall (a replay fills the connection for a moment): close only a client that
-            # has drained nothing for a while and is far behind.
-            stalled = asyncio.get_running_loop().time() - paused_since >= self.stall_grace_s
-            if stalled and self.reader.lag_bytes() > self.max_pending:
-                StreamStats.closed_slow += 1
-                log.info("closing a slow client of %s: more than %d bytes behind", self.reader.topic, self.max_pending)
-                flow.abort()
-                return False
-            try:
-                await asyncio.wait_for(flow.wait_writable(), 0.25)
-            except TimeoutError:
-                continue
-        return True
+
+class KeepAlive:
+    """A keep-alive comment after `interval` seconds without a write. A parked pump's open connection gets it at
+    once; a busy pump is asked to send it with its next write."""
+
+    def __init__(self, pump: Pump, interval: int) -> None:
+        self.pump, self.interval = pump, interval
+        self.timer = pump.loop.call_at(pump.last_write + interval, self._fire)
+
+    def cancel(self) -> None:
+        self.timer.cancel()
+
+    def _fire(self) -> None:
+        pump, loop = self.pump, self.pump.loop
+        if pump.phase is Phase.STOPPED:
+            return
+        if loop.time() - pump.last_write >= self.interval:
+            if pump.phase is Phase.PARKED and pump.flow is not None and not pump.flow.paused:
+                pump.flow.write(sse.KEEPALIVE)
+                pump.last_write = loop.time()
+            else:
+                pump.keepalive_due = True
+                pump.waiter.set()
+        self.timer = loop.call_at(pump.last_write + self.interval, self._fire)

@@ -35,7 +35,7 @@ def test_a_client_that_stays_full_and_falls_behind_is_closed(
     before = StreamStats.closed_slow
     with running_hub(loop_thread) as (_hub, streams):
         stream = streams(topic, start=LIVE)
-        stream.pump.max_pending, stream.pump.stall_grace_s = 2000, 0.0
+        stream.pump.policy.max_pending, stream.pump.policy.stall_grace_s = 2000, 0.0
         stream.flow.pause()
         for index in range(5):
             produce(topic, b"%d" % index + b"x" * 1000)
