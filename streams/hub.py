@@ -18,19 +18,16 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from bindings.selectors import START_LIVE
 from config.kafka import KafkaSettings
 from streams.cache import Cache
-from streams.event_id import OFFSET_EARLIEST
 from streams.fetcher import FetchedBatch, Fetcher
 from streams.kafka import Metadata, TopicInfo, Watermarks
-from streams.positions import StartPlan, plan_start, since_offsets
+from streams.starts import Positions, StartFinder
 from streams.watchdog import StallWatch
 
 log = logging.getLogger(__name__)
 
 METADATA_TTL_S = 30.0
-WATERMARKS_REUSE_S = 0.2  # streams starting together share one lookup (a reconnect storm sends one, not 10 000)
 JANITOR_INTERVAL_S = 5.0
 
 
@@ -71,13 +68,6 @@ class TopicState:
     marks_at: float = float("-inf")
 
 
-@dataclass(frozen=True)
-class Positions:
-    plan: StartPlan
-    starts: dict[int, int]  # first offset to read per partition (the earliest resolved)
-    ends: dict[int, int]  # each partition's end as of subscribe time
-
-
 class Hub:
     def __init__(
         self,
@@ -90,16 +80,15 @@ class Hub:
         coalesce_s: float = 0.0,
         stall_s: float = 30.0,
     ) -> None:
-        self.kafka = kafka
-        self.loop = loop
-        self.coalesce_s = coalesce_s
+        self.kafka, self.loop = kafka, loop
+        self.fan_out = FanOut(loop, coalesce_s)
         self.metadata = Metadata(kafka)
         self.cache = Cache(cache_bytes)
         self.fetcher = Fetcher(kafka, loop, self._on_batch)
+        self.starts = StartFinder(self.metadata, self.cache, loop)
         self.topics: dict[str, TopicState] = {}
         self._describing: dict[str, asyncio.Task[TopicState]] = {}
-        self._idle_s = idle_s
-        self._bootstrap = bootstrap
+        self._idle_s, self._bootstrap = idle_s, bootstrap
         self._janitor: asyncio.Task[None] | None = None
         self._janitor_interval = min(JANITOR_INTERVAL_S, idle_s / 2, stall_s / 2)
         self.stalls = StallWatch(stall_s)
@@ -153,56 +142,8 @@ class Hub:
     async def positions(
         self, state: TopicState, *, resumed: Mapping[int, int] | None, start: str, since_ms: int | None
     ) -> Positions:
-        """Where a new stream starts; broker round trips only when the cache cannot answer."""
-        marks = self._cached_marks(state, resumed, start) if since_ms is None else None
-        if marks is None:
-            asked = self.loop.time()
-            marks = await self._watermarks(state, not_before=asked - WATERMARKS_REUSE_S)
-            if resumed and any(marks[p].high < offset for p, offset in resumed.items() if p in marks):
-                # Past the end of a shared answer: ask again before calling it a reset (it may be just newer).
-                marks = await self._watermarks(state, not_before=asked)
-        since = None
-        if since_ms is not None:
-            found = await self.metadata.offsets_for_time(state.name, state.info.partitions, since_ms)
-            since = since_offsets(found, marks)
-        plan = plan_start(marks, resumed=resumed, start=start, since=since)
-        starts = {p: marks[p].low if o == OFFSET_EARLIEST else o for p, o in plan.offsets.items()}
-        return Positions(plan, starts, {p: m.high for p, m in marks.items()})
-
-    async def _watermarks(self, state: TopicState, *, not_before: float) -> dict[int, Watermarks]:
-        """The broker's watermarks from a lookup started at `not_before` or later: one lookup in flight per
-        topic, shared by every stream that can take it."""
-        task = state.marks
-        if task is None or state.marks_at < not_before:
-            task = state.marks = self.loop.create_task(self.metadata.watermarks(state.name, state.info.partitions))
-            state.marks_at = self.loop.time()
-        try:
-            marks = await asyncio.shield(task)
-        except Exception:
-            if state.marks is task:
-                state.marks = None  # the next stream asks again
-            raise
-        state.low.update({p: m.low for p, m in marks.items()})
-        return marks
-
-    def _cached_marks(
-        self, state: TopicState, resumed: Mapping[int, int] | None, start: str
-    ) -> dict[int, Watermarks] | None:
-        """Watermarks from the cache, when the fetcher is at the end and the window holds what is asked."""
-        marks = {}
-        for partition in state.info.partitions:
-            window = self.cache.log(state.name, partition)
-            low = state.low.get(partition)
-            if window is None or low is None or partition not in state.at_end:
-                return None
-            requested = None if resumed is None else resumed.get(partition)
-            if requested is None or requested == OFFSET_EARLIEST:
-                if start != START_LIVE and window.start > low:
-                    return None  # history older than the window: the broker must say where it begins
-            elif not window.start <= requested <= window.next_offset:
-                return None
-            marks[partition] = Watermarks(low, window.next_offset)
-        return marks
+        """Where a new stream starts (streams/starts.py)."""
+        return await self.starts.positions(state, resumed=resumed, start=start, since_ms=since_ms)
 
     # --- subscribers ------------------------------------------------------------------------------------
 
@@ -245,39 +186,7 @@ class Hub:
                 state.at_end.add(partition)
                 touched.add(topic)
         for topic in touched:
-            self._schedule(self.topics[topic])
-
-    def _schedule(self, state: TopicState) -> None:
-        """Fan out now, or, on a topic busier than one batch per coalescing window, at the window's end: then one
-        write to each client carries everything that arrived meanwhile."""
-        if state.fanout is not None:
-            return
-        due = state.last_fanout + self.coalesce_s
-        if self.loop.time() >= due:
-            self._fan_out(state)
-        else:
-            state.fanout = self.loop.call_at(due, self._fan_out, state)
-
-    def _fan_out(self, state: TopicState) -> None:
-        """Each group of subscribers in the same position (same route options, same progress) has its events
-        encoded once: the first of the group writes, the others write the same bytes."""
-        state.fanout = None
-        state.last_fanout = self.loop.time()
-        groups: dict[Hashable, list[Subscriber]] = {}
-        for subscriber in list(state.subscribers):
-            key = subscriber.share_key()
-            if key is None:
-                subscriber.notify()
-            else:
-                groups.setdefault(key, []).append(subscriber)
-        for leader, *followers in groups.values():
-            data = leader.notify()
-            if data is None:
-                for follower in followers:
-                    follower.notify()
-                continue
-            for follower in followers:
-                follower.adopt(leader, data)
+            self.fan_out.schedule(self.topics[topic])
 
     async def _sweep(self) -> None:
         while True:
@@ -308,6 +217,46 @@ class Hub:
             "stalled_streams": self.stalls.stalled,
             "stalls_noticed": self.stalls.noticed,
         }
+
+
+class FanOut:
+    """Wakes a topic's streams when records arrive, coalesced per topic: at once after a quiet spell, else at the
+    end of a `coalesce_s` window, so each write to a client carries everything that arrived meanwhile."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, coalesce_s: float) -> None:
+        self.loop, self.coalesce_s = loop, coalesce_s
+
+    def schedule(self, state: TopicState) -> None:
+        """Fan out now, or, on a topic busier than one batch per coalescing window, at the window's end: then one
+        write to each client carries everything that arrived meanwhile."""
+        if state.fanout is not None:
+            return
+        due = state.last_fanout + self.coalesce_s
+        if self.loop.time() >= due:
+            self._write(state)
+        else:
+            state.fanout = self.loop.call_at(due, self._write, state)
+
+    def _write(self, state: TopicState) -> None:
+        """Each group of subscribers in the same position (same route options, same progress) has its events
+        encoded once: the first of the group writes, the others write the same bytes."""
+        state.fanout = None
+        state.last_fanout = self.loop.time()
+        groups: dict[Hashable, list[Subscriber]] = {}
+        for subscriber in list(state.subscribers):
+            key = subscriber.share_key()
+            if key is None:
+                subscriber.notify()
+            else:
+                groups.setdefault(key, []).append(subscriber)
+        for leader, *followers in groups.values():
+            data = leader.notify()
+            if data is None:
+                for follower in followers:
+                    follower.notify()
+                continue
+            for follower in followers:
+                follower.adopt(leader, data)
 
 
 _hubs: dict[asyncio.AbstractEventLoop, Hub] = {}
