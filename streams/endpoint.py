@@ -3,7 +3,8 @@
 Paths under the reserved prefixes (admin, API, static, the demo page) go to Django; every other path is a
 stream request, matched against the routes. A stream runs as two tasks, the Kafka pump and a watcher of the
 client's `http.disconnect`; whichever ends first cancels the other, so a disconnect ends the stream at once.
-Its parts live beside it: HTTP helpers (http.py), the pump (pump.py), a guarded stream's token lease (lease.py).
+Its parts live beside it: HTTP helpers (http.py), requests that open no stream (side_requests.py), the pump
+(pump.py), a guarded stream's token lease (lease.py).
 """
 
 from __future__ import annotations
@@ -13,17 +14,16 @@ import logging
 import sys
 from collections.abc import Coroutine
 from typing import Any
-from urllib.parse import parse_qs
 
 from django.conf import settings
 
 from bindings.patterns import TOPIC_NAME
 from bindings.selectors import EVENT_ID_KEY_AND_ETAG, SLOW_CLIENT_CONFLATE, RouteSpec
 from streams import sse
-from streams.asgi import ASGIApp, Receive, Scope, Send, header
+from streams.asgi import ASGIApp, Receive, Scope, Send, header, until_disconnect
 from streams.event_id import parse_id
 from streams.filters import compile_filters
-from streams.guards import Refusal, Session, accepted_by_any, authorise, credentials
+from streams.guards import Refusal, Session, authorise
 from streams.http import (
     MAX_LAST_EVENT_ID_BYTES,
     STREAM_METHODS,
@@ -31,17 +31,19 @@ from streams.http import (
     last_event_id,
     problem,
     raw_path,
+    refuse,
     respond_json,
+    since_param,
 )
 from streams.hub import Hub, TopicState, current_hub, get_hub
 from streams.kafka import KafkaUnavailableError, ReaderStats, TopicNotFoundError
 from streams.lease import Lease
-from streams.positions import parse_since
 from streams.pump import Pump
 from streams.routes import open_streams, route_table
 from streams.routing import Match
 from streams.server import FLOW_EXTENSION
-from streams.sessions import CHALLENGE_CONTENT_TYPE, CHALLENGE_EVENT, broadcast, sessions
+from streams.sessions import CHALLENGE_CONTENT_TYPE, CHALLENGE_EVENT, sessions
+from streams.side_requests import challenge_response, preflight
 from streams.stats import StreamStats
 from streams.subscription import Subscription, SubscriptionOptions
 
@@ -116,12 +118,12 @@ class Stream:
         method = self.scope["method"]
         path = self.path = raw_path(self.scope)
         if method == "OPTIONS":
-            await self.preflight(path)
+            await preflight(self.scope, self.send, path)
             return
         if method == "POST" and (header(self.scope, b"content-type") or b"").split(b";")[0].strip().lower() == (
             CHALLENGE_CONTENT_TYPE
         ):
-            await self.challenge_response(path)
+            await challenge_response(self.scope, self.receive, self.send, path)
             return
         if method not in {"GET", "HEAD"}:
             await problem(
@@ -148,67 +150,17 @@ class Stream:
         self.cors = cors_headers(candidates[0].route.endpoint, header(self.scope, b"origin"))
         authorised = await authorise(candidates, self.scope)
         if isinstance(authorised, Refusal):
-            await self.refuse(authorised)
+            await refuse(self.send, authorised, self.cors)
             return
         matched = authorised.match
         self.cors = cors_headers(matched.route.endpoint, header(self.scope, b"origin"))
         self.sessions = dict(authorised.sessions)
-        since_ms = None
-        since_text = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("since")
-        if since_text:
-            try:
-                since_ms = parse_since(since_text[0])
-            except ValueError as exc:
-                await self.problem(400, "Bad request", str(exc))
-                return
-        await self.serve(matched, resume, since_ms, head_only=method == "HEAD")
-
-    async def challenge_response(self, path: str) -> None:
-        """A client's answer to a `challenge` event: always 204; its token renews matching streams everywhere."""
         try:
-            matched = await route_table.match(path)
-        except Exception:
-            log.warning("challenge response: routes cannot be read", exc_info=True)
-            matched = None
-        if matched is not None:
-            self.cors = cors_headers(matched.route.endpoint, header(self.scope, b"origin"))
-        while True:  # the body is empty by contract; read it to the end whatever it is
-            message = await self.receive()
-            if message["type"] == "http.disconnect" or not message.get("more_body"):
-                break
-        await self.send({"type": "http.response.start", "status": 204, "headers": list(self.cors)})
-        await self.send({"type": "http.response.body", "body": b""})
-        token = credentials(self.scope)
-        # Only a token one of our guards accepts goes to every process: garbage stays here.
-        if token is not None and await accepted_by_any(route_table.guards(), token):
-            await broadcast(token)
-
-    async def refuse(self, refusal: Refusal) -> None:
-        headers = self.cors
-        if refusal.status == 401:  # noqa: PLR2004
-            challenge = b'Bearer realm="sse"' + (b', error="invalid_token"' if refusal.token_given else b"")
-            headers = ((b"www-authenticate", challenge), *headers)
-        titles = {401: "Unauthorized", 403: "Forbidden", 503: "Service unavailable"}
-        if refusal.status == 503:  # noqa: PLR2004
-            headers = ((b"retry-after", b"5"), *headers)
-        title = titles[refusal.status]
-        await problem(self.send, refusal.status, title, refusal.detail, headers=headers)
-
-    async def preflight(self, path: str) -> None:
-        matched = await route_table.match(path)
-        if matched is None:
-            await problem(self.send, 404, "No route", f"No route matches {path}.")
+            since_ms = since_param(self.scope)
+        except ValueError as exc:
+            await self.problem(400, "Bad request", str(exc))
             return
-        headers = [(b"allow", STREAM_METHODS.encode())]
-        cors = cors_headers(matched.route.endpoint, header(self.scope, b"origin"))
-        if cors:
-            requested = header(self.scope, b"access-control-request-headers")
-            headers += [*cors, (b"access-control-allow-methods", b"GET, HEAD, OPTIONS, POST")]
-            headers += [(b"access-control-max-age", b"600")]
-            if requested:
-                headers.append((b"access-control-allow-headers", requested))
-        await self.send({"type": "http.response.start", "status": 204, "headers": headers})
-        await self.send({"type": "http.response.body", "body": b""})
+        await self.serve(matched, resume, since_ms, head_only=method == "HEAD")
 
     async def serve(self, matched: Match, resume: bytes | None, since_ms: int | None, *, head_only: bool) -> None:
         route = matched.route
@@ -220,7 +172,7 @@ class Stream:
         hub = get_hub()
         try:
             state = await hub.topic(matched.topic)
-            subscription, starts, preamble = await self.subscribe(hub, state, matched, resume, since_ms)
+            subscription, starts, preamble = await open_subscription(hub, state, matched, resume, since_ms)
         except TopicNotFoundError as exc:
             await self.problem(404, "Unknown topic", str(exc), topic=exc.topic)
             return
@@ -284,45 +236,31 @@ class Stream:
             if self.pump is not None:
                 self.pump.stop()
 
-    async def subscribe(
-        self, hub: Hub, state: TopicState, matched: Match, resume: bytes | None, since_ms: int | None
-    ) -> tuple[Subscription, dict[int, int], bytes]:
-        """Where each partition starts, and the subscription that turns its records into events."""
-        route: RouteSpec = matched.route
-        resumed = parse_id(resume.decode("utf-8", errors="replace")) if resume else None
-        if resume and resumed is None:
-            StreamStats.malformed_ids += 1
-            log.info("malformed Last-Event-ID on %s, starting fresh: %r", route.name, resume[:100])
-        positions = await hub.positions(state, resumed=resumed, start=route.start, since_ms=since_ms)
-        options = SubscriptionOptions(
-            filters=compile_filters(route.filters, matched.params, matched.guarded),
-            key_form=route.event_id == EVENT_ID_KEY_AND_ETAG,
-            compacted=state.info.compacted,
-            caught_up=route.caught_up,
-        )
-        subscription = Subscription(
-            positions.plan.progress, ends=positions.ends, starts=positions.starts, options=options
-        )
-        return subscription, positions.starts, subscription.preamble(positions.plan.resets)
-
     async def race(self, pump: Coroutine[Any, Any, None], topic: str, stop: asyncio.Future[str]) -> None:
         """The stream, the client's disconnect and `stop` race; whichever ends first cancels the others."""
-        pumping = asyncio.create_task(pump, name=f"sse-pump:{topic}")
-        watcher = asyncio.create_task(self.wait_disconnect(), name="sse-disconnect")
-        try:
-            racers: set[asyncio.Future[Any]] = {pumping, watcher, stop}
-            await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (pumping, watcher):
-                task.cancel()
-            stop.cancel()
-            await asyncio.gather(pumping, watcher, return_exceptions=True)
+        pumping = await until_disconnect(pump, self.receive, stop, name=f"sse-pump:{topic}")
         failed = pumping.done() and not pumping.cancelled() and pumping.exception() is not None
         if failed:
             log.error("stream on %s failed", topic, exc_info=pumping.exception())
         if failed or (stop.done() and not stop.cancelled()):
             await self.send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def wait_disconnect(self) -> None:
-        while (await self.receive())["type"] != "http.disconnect":
-            pass
+
+async def open_subscription(
+    hub: Hub, state: TopicState, matched: Match, resume: bytes | None, since_ms: int | None
+) -> tuple[Subscription, dict[int, int], bytes]:
+    """Where each partition starts, and the subscription that turns its records into events."""
+    route: RouteSpec = matched.route
+    resumed = parse_id(resume.decode("utf-8", errors="replace")) if resume else None
+    if resume and resumed is None:
+        StreamStats.malformed_ids += 1
+        log.info("malformed Last-Event-ID on %s, starting fresh: %r", route.name, resume[:100])
+    positions = await hub.positions(state, resumed=resumed, start=route.start, since_ms=since_ms)
+    options = SubscriptionOptions(
+        filters=compile_filters(route.filters, matched.params, matched.guarded),
+        key_form=route.event_id == EVENT_ID_KEY_AND_ETAG,
+        compacted=state.info.compacted,
+        caught_up=route.caught_up,
+    )
+    subscription = Subscription(positions.plan.progress, ends=positions.ends, starts=positions.starts, options=options)
+    return subscription, positions.starts, subscription.preamble(positions.plan.resets)

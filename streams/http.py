@@ -9,6 +9,8 @@ from urllib.parse import parse_qs
 
 from bindings.selectors import EndpointSpec
 from streams.asgi import Scope, Send, header
+from streams.guards import Refusal
+from streams.positions import parse_since
 
 MAX_LAST_EVENT_ID_BYTES = 4096
 STREAM_METHODS = "GET, HEAD, OPTIONS"
@@ -52,6 +54,12 @@ def last_event_id(scope: Scope) -> bytes | None:
     return values[0].encode("utf-8") if values else None
 
 
+def since_param(scope: Scope) -> int | None:
+    """The `since` query parameter as epoch milliseconds (docs/contract.md §5); ValueError says what is wrong."""
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("since")
+    return parse_since(values[0]) if values else None
+
+
 def cors_headers(endpoint: EndpointSpec, origin: bytes | None) -> tuple[tuple[bytes, bytes], ...]:
     """CORS response headers for an allowed `origin`; none for others (the browser then blocks the read)."""
     if origin is None or not endpoint.cors_origins:
@@ -75,3 +83,16 @@ def raw_path(scope: Scope) -> str:
     if raw:
         return bytes(raw).split(b"?", 1)[0].decode("latin-1")
     return str(scope["path"])
+
+
+async def refuse(send: Send, refusal: Refusal, cors: tuple[tuple[bytes, bytes], ...]) -> None:
+    """A guard's refusal: 401 (with `www-authenticate`), 403, or 503 when keys cannot be fetched."""
+    headers = cors
+    if refusal.status == 401:  # noqa: PLR2004
+        challenge = b'Bearer realm="sse"' + (b', error="invalid_token"' if refusal.token_given else b"")
+        headers = ((b"www-authenticate", challenge), *headers)
+    titles = {401: "Unauthorized", 403: "Forbidden", 503: "Service unavailable"}
+    if refusal.status == 503:  # noqa: PLR2004
+        headers = ((b"retry-after", b"5"), *headers)
+    title = titles[refusal.status]
+    await problem(send, refusal.status, title, refusal.detail, headers=headers)
