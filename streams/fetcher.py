@@ -62,25 +62,109 @@ class FetchedBatch:
 
 
 class Fetcher:
-    """Owns the consumer and its thread; every other thread talks to it through commands."""
+    """The loop's side of the fetch: which partitions are assigned and in what state (`Fetch`). Each change is
+    recorded here, then carried out by the consumer's thread (`ConsumerThread`) in the same order."""
 
     def __init__(
         self, kafka: KafkaSettings, loop: asyncio.AbstractEventLoop, on_batch: BatchHandler, *, batch_size: int = 500
     ) -> None:
-        self._kafka = kafka
-        self._loop = loop
         self._on_batch = on_batch
-        self._batch_size = batch_size
-        self._commands: queue.SimpleQueue[Callable[[Consumer], None]] = queue.SimpleQueue()
-        self._running = threading.Event()
-        # Batches handed to the loop and not yet taken: the fetcher waits rather than queue without bound
-        # when the loop falls behind (librdkafka's own prefetch is bounded by queued.max.messages.kbytes).
-        self._in_flight = threading.BoundedSemaphore(MAX_BATCHES_IN_FLIGHT)
-        self._thread = threading.Thread(target=self._run, name="kafka-fetcher", daemon=True)
-        self._known: set[str] = set()  # topics in the consumer's metadata cache (fetcher thread only)
-        self._polling: dict[Key, int] = {}  # the epoch each partition is assigned under (fetcher thread only)
+        self.thread = ConsumerThread(kafka, loop, self._deliver, batch_size=batch_size)
         self._epoch = 0
         self.partitions: dict[Key, Assignment] = {}  # read and changed on the loop thread only
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.thread.stop()
+
+    @property
+    def alive(self) -> bool:
+        return self.thread.alive
+
+    def assign(self, topic: str, partition: int, offset: int) -> None:
+        """Fetch the partition from `offset` (a partition assigned already is moved there)."""
+        key = (topic, partition)
+        if key in self.partitions:
+            self.unassign(topic, [partition])
+        self._epoch += 1
+        epoch = self._epoch
+        self.partitions[key] = Assignment(Fetch.FETCHING, epoch)
+        self.thread.command(lambda thread, consumer: thread.assign(consumer, key, offset, epoch))
+
+    def unassign(self, topic: str, partitions: Iterable[int]) -> None:
+        keys = {(topic, p) for p in partitions} & self.partitions.keys()
+        if not keys:
+            return
+        paused = {key for key in keys if self.partitions[key].state is Fetch.PAUSED}
+        for key in keys:
+            del self.partitions[key]
+        self.thread.command(lambda thread, consumer: thread.unassign(consumer, topic, keys, paused))
+
+    def pause(self, topic: str, partitions: Iterable[int]) -> None:
+        keys = self._in_state(topic, partitions, Fetch.FETCHING)
+        if keys:
+            for key in keys:
+                self.partitions[key].state = Fetch.PAUSED
+            self.thread.command(lambda _, consumer: consumer.pause(_partitions(keys)))
+
+    def resume(self, topic: str, partitions: Iterable[int]) -> None:
+        keys = self._in_state(topic, partitions, Fetch.PAUSED)
+        if keys:
+            for key in keys:
+                self.partitions[key].state = Fetch.FETCHING
+            self.thread.command(lambda _, consumer: consumer.resume(_partitions(keys)))
+
+    def _in_state(self, topic: str, partitions: Iterable[int], state: Fetch) -> set[Key]:
+        return {(topic, p) for p in partitions if (found := self.partitions.get((topic, p))) and found.state is state}
+
+    @property
+    def fetch_streams(self) -> int:
+        """Partitions being fetched now: one per topic-partition, however many subscribers."""
+        return sum(1 for found in self.partitions.values() if found.state is Fetch.FETCHING)
+
+    def _deliver(self, batch: FetchedBatch) -> None:
+        """On the loop: hand the batch over, then let the thread post the next one.
+
+        What was polled under an assignment that has ended since (the partition was unassigned, or assigned
+        again elsewhere, while the batch was on its way) is dropped: it would put records the new assignment
+        does not expect into the cache."""
+        try:
+            for key, epoch in batch.epochs.items():
+                found = self.partitions.get(key)
+                if found is None or found.epoch != epoch:
+                    batch.records.pop(key, None)
+                    batch.eof.discard(key)
+            if batch.records or batch.eof:
+                self._on_batch(batch)
+        finally:
+            self.thread.taken()
+
+
+Command = Callable[["ConsumerThread", Consumer], None]
+
+
+class ConsumerThread:
+    """The thread that owns the one consumer: it applies the loop's commands in order, polls, and hands batches
+    to the loop with `call_soon_threadsafe`, at most MAX_BATCHES_IN_FLIGHT at a time (a slow loop slows the
+    fetch; librdkafka's own prefetch is bounded by queued.max.messages.kbytes)."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        loop: asyncio.AbstractEventLoop,
+        deliver: Callable[[FetchedBatch], None],
+        *,
+        batch_size: int,
+    ) -> None:
+        self._kafka, self._loop, self._deliver, self._batch_size = kafka, loop, deliver, batch_size
+        self.commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self._running = threading.Event()
+        self.in_flight = threading.BoundedSemaphore(MAX_BATCHES_IN_FLIGHT)
+        self._thread = threading.Thread(target=self._run, name="kafka-fetcher", daemon=True)
+        self._known: set[str] = set()  # topics in the consumer's metadata cache
+        self._polling: dict[Key, int] = {}  # the epoch each partition is assigned under
 
     def start(self) -> None:
         self._running.set()
@@ -94,18 +178,15 @@ class Fetcher:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    # Called on the event loop; the consumer work happens on the fetcher thread, in the same order.
-    def assign(self, topic: str, partition: int, offset: int) -> None:
-        """Fetch the partition from `offset` (a partition assigned already is moved there)."""
-        key = (topic, partition)
-        if key in self.partitions:
-            self.unassign(topic, [partition])
-        self._epoch += 1
-        epoch = self._epoch
-        self.partitions[key] = Assignment(Fetch.FETCHING, epoch)
-        self._commands.put(lambda c: self._assign(c, key, offset, epoch))
+    def command(self, command: Command) -> None:
+        """Run `command` on this thread, after every command given before it."""
+        self.commands.put(command)
 
-    def _assign(self, consumer: Consumer, key: Key, offset: int, epoch: int) -> None:
+    def taken(self) -> None:
+        """The loop took a batch: another may be posted."""
+        self.in_flight.release()
+
+    def assign(self, consumer: Consumer, key: Key, offset: int, epoch: int) -> None:
         topic, partition = key
         if topic not in self._known:
             # Without the topic in its metadata cache, the consumer waits for its next refresh (about a second)
@@ -115,16 +196,7 @@ class Fetcher:
         self._polling[key] = epoch
         consumer.incremental_assign([TopicPartition(topic, partition, offset)])
 
-    def unassign(self, topic: str, partitions: Iterable[int]) -> None:
-        keys = {(topic, p) for p in partitions} & self.partitions.keys()
-        if not keys:
-            return
-        paused = {key for key in keys if self.partitions[key].state is Fetch.PAUSED}
-        for key in keys:
-            del self.partitions[key]
-        self._commands.put(lambda c: self._unassign(c, topic, keys, paused))
-
-    def _unassign(self, consumer: Consumer, topic: str, keys: set[Key], paused: set[Key]) -> None:
+    def unassign(self, consumer: Consumer, topic: str, keys: set[Key], paused: set[Key]) -> None:
         if paused:
             consumer.resume(_partitions(paused))  # see Fetch: the flag would outlive the assignment
         consumer.incremental_unassign(_partitions(keys))
@@ -132,83 +204,40 @@ class Fetcher:
             self._polling.pop(key, None)
         self._known.discard(topic)
 
-    def pause(self, topic: str, partitions: Iterable[int]) -> None:
-        keys = self._in_state(topic, partitions, Fetch.FETCHING)
-        if keys:
-            for key in keys:
-                self.partitions[key].state = Fetch.PAUSED
-            self._commands.put(lambda c: c.pause(_partitions(keys)))
-
-    def resume(self, topic: str, partitions: Iterable[int]) -> None:
-        keys = self._in_state(topic, partitions, Fetch.PAUSED)
-        if keys:
-            for key in keys:
-                self.partitions[key].state = Fetch.FETCHING
-            self._commands.put(lambda c: c.resume(_partitions(keys)))
-
-    def _in_state(self, topic: str, partitions: Iterable[int], state: Fetch) -> set[Key]:
-        return {(topic, p) for p in partitions if (found := self.partitions.get((topic, p))) and found.state is state}
-
-    def _epoch_of(self, key: Key) -> int | None:
-        found = self.partitions.get(key)
-        return None if found is None else found.epoch
-
-    @property
-    def fetch_streams(self) -> int:
-        """Partitions being fetched now: one per topic-partition, however many subscribers."""
-        return sum(1 for found in self.partitions.values() if found.state is Fetch.FETCHING)
-
     def _run(self) -> None:
         consumer = Consumer({**self._kafka.consumer_config(), "enable.partition.eof": True})
         try:
             while self._running.is_set():
                 self._apply_commands(consumer)
-                if not self.partitions:
+                if not self._polling:
                     with contextlib.suppress(queue.Empty):
-                        self._apply(consumer, self._commands.get(timeout=0.1))
+                        self._apply(consumer, self.commands.get(timeout=0.1))
                     continue
-                while not self._in_flight.acquire(timeout=0.1):
+                while not self.in_flight.acquire(timeout=0.1):
                     if not self._running.is_set():
                         return
                 batch = self._poll(consumer)
                 if batch.records or batch.eof:
                     self._loop.call_soon_threadsafe(self._deliver, batch)
                 else:
-                    self._in_flight.release()
+                    self.in_flight.release()
         except Exception:
             log.exception("the fetcher thread failed")
             raise
         finally:
             consumer.close()
 
-    def _deliver(self, batch: FetchedBatch) -> None:
-        """On the loop: hand the batch over, then let the fetcher post the next one.
-
-        What was polled under an assignment that has ended since (the partition was unassigned, or assigned
-        again elsewhere, while the batch was on its way) is dropped: it would put records the new assignment
-        does not expect into the cache."""
-        try:
-            stale = {key for key, epoch in batch.epochs.items() if self._epoch_of(key) != epoch}
-            for key in stale:
-                batch.records.pop(key, None)
-                batch.eof.discard(key)
-            if batch.records or batch.eof:
-                self._on_batch(batch)
-        finally:
-            self._in_flight.release()
-
     def _apply_commands(self, consumer: Consumer) -> None:
         while True:
             try:
-                command = self._commands.get_nowait()
+                command = self.commands.get_nowait()
             except queue.Empty:
                 return
             self._apply(consumer, command)
 
-    @staticmethod
-    def _apply(consumer: Consumer, command: Callable[[Consumer], None]) -> None:
+    def _apply(self, consumer: Consumer, command: Command) -> None:
         try:
-            command(consumer)
+            command(self, consumer)
         except Exception:
             log.exception("fetcher command failed")
 
