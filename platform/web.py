@@ -54,6 +54,10 @@ from collections import deque
 from pathlib import Path
 from types import FrameType
 
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import envint, envstr
+
 ROOT = Path(__file__).resolve().parent.parent
 APPLICATION = "config.asgi:application"
 DEFAULT_SERVER_MODULE = "streams.server"
@@ -65,18 +69,6 @@ PR_SET_PDEATHSIG = 1
 def log(message: str) -> None:
     print(f"web: {message}", file=sys.stderr, flush=True)
 
-
-def env_int(name: str, default: int, minimum: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        sys.exit(f"web: {name} must be an integer >= {minimum}, got {raw!r}")
-    return value
 
 
 def listen(host: str, port: int, backlog: int) -> socket.socket:
@@ -193,11 +185,14 @@ class Supervisor:
 
 
 def main() -> int:
-    host = os.environ.get("WEB_HOST", "127.0.0.1").strip() or "127.0.0.1"
-    port = env_int("WEB_PORT", 8000, 0)
-    backlog = env_int("WEB_BACKLOG", 4096, 1)
-    processes = env_int("WEB_PROCESSES", os.cpu_count() or 1, 1)
-    max_restarts = env_int("WEB_MAX_RESTARTS", 5, 0)
+    try:
+        host = envstr("WEB_HOST", "127.0.0.1").strip() or "127.0.0.1"
+        port = envint("WEB_PORT", 8000, minimum=0, maximum=65535)
+        backlog = envint("WEB_BACKLOG", 4096, minimum=1)
+        processes = envint("WEB_PROCESSES", os.cpu_count() or 1, minimum=1)
+        max_restarts = envint("WEB_MAX_RESTARTS", 5, minimum=0)
+    except ImproperlyConfigured as exc:
+        sys.exit(f"web: {exc}")
     try:
         extra = shlex.split(os.environ.get("WEB_DAPHNE_ARGS", ""))
     except ValueError as exc:
