@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 from django.conf import settings
 
 from streams.topics import ensure_topic
+from tests.inprocess import LoopThread
 from tests.servers import start_daphne
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,6 +69,14 @@ def new_topic(created_topics: list[str]) -> Callable[..., str]:
         return name
 
     return make
+
+
+@pytest.fixture
+def loop_thread() -> Iterator[LoopThread]:
+    """An event loop in a thread of its own, for the data plane run in the test process (tests/inprocess.py)."""
+    runner = LoopThread()
+    yield runner
+    runner.close()
 
 
 @pytest.fixture(scope="session")

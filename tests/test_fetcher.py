@@ -15,13 +15,6 @@ from tests.inprocess import LoopThread
 from tests.test_zilla_scenarios import Produce
 
 
-@pytest.fixture
-def loop_thread() -> Iterator[LoopThread]:
-    runner = LoopThread()
-    yield runner
-    runner.close()
-
-
 class Received:
     def __init__(self) -> None:
         self.records: list[Record] = []

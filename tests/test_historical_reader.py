@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from django.conf import settings
@@ -12,13 +12,6 @@ from django.conf import settings
 from streams.kafka import HistoricalReader, ReaderStats
 from tests.inprocess import LoopThread
 from tests.test_zilla_scenarios import Produce
-
-
-@pytest.fixture
-def loop_thread() -> Iterator[LoopThread]:
-    runner = LoopThread()
-    yield runner
-    runner.close()
 
 
 def test_a_historical_reader_closes_once_however_often_it_is_closed(

@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import pytest
 from confluent_kafka import TopicPartition
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -28,13 +27,6 @@ from streams.subscription import Subscription, SubscriptionOptions
 from tests.conftest import wait_until
 from tests.inprocess import FakeFlow, LoopThread, OpenStream, close_stream, new_hub, open_stream
 from tests.test_zilla_scenarios import Produce
-
-
-@pytest.fixture
-def loop_thread() -> Iterator[LoopThread]:
-    runner = LoopThread()
-    yield runner
-    runner.close()
 
 
 @dataclass

@@ -3,9 +3,7 @@ broker, a fake client connection whose fullness the test sets."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
-import pytest
+from collections.abc import Callable
 
 from bindings.selectors import FilterSpec
 from streams import sse
@@ -19,13 +17,6 @@ from tests.test_hub_lifecycle import running_hub
 from tests.test_zilla_scenarios import Produce
 
 LIVE = "live"
-
-
-@pytest.fixture
-def loop_thread() -> Iterator[LoopThread]:
-    runner = LoopThread()
-    yield runner
-    runner.close()
 
 
 def test_a_client_that_stays_full_and_falls_behind_is_closed(
