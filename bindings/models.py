@@ -72,15 +72,21 @@ def _origin_error(origin: str) -> str | None:
     return None
 
 
+# An endpoint's defaults, declared once: the model fields, the data plane's spec, the services and the importers.
+DEFAULT_RETRY_MS = 2000
+DEFAULT_KEEPALIVE_S = 15
+
+
 class Endpoint(models.Model):
     """An SSE endpoint (Zilla's `sse` server): settings shared by the routes it serves."""
 
     name = models.SlugField(max_length=100, unique=True)
     retry_ms = models.PositiveIntegerField(
-        default=2000, help_text="Sent as `retry:` first: how long a browser waits before reconnecting."
+        default=DEFAULT_RETRY_MS, help_text="Sent as `retry:` first: how long a browser waits before reconnecting."
     )
     keepalive_s = models.PositiveIntegerField(
-        default=15, help_text="Seconds of silence before a keep-alive comment; 0 turns keep-alives off."
+        default=DEFAULT_KEEPALIVE_S,
+        help_text="Seconds of silence before a keep-alive comment; 0 turns keep-alives off.",
     )
     cors_origins = ArrayField(
         models.CharField(max_length=255),

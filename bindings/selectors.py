@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 # start positions: the models define them as their choices, the data plane reads them here.
 from bindings.models import (
     ASYMMETRIC_ALGORITHMS,
+    DEFAULT_KEEPALIVE_S,
+    DEFAULT_RETRY_MS,
     EVENT_ID_ETAG,
     EVENT_ID_KEY_AND_ETAG,
     SLOW_CLIENT_CLOSE,
@@ -48,8 +50,8 @@ class EndpointSpec:
     """An SSE endpoint: settings shared by the routes it serves."""
 
     name: str = "default"
-    retry_ms: int = 2000
-    keepalive_s: int = 15
+    retry_ms: int = DEFAULT_RETRY_MS
+    keepalive_s: int = DEFAULT_KEEPALIVE_S
     cors_origins: tuple[str, ...] = ()  # exact origins, or "*"
     cors_credentials: bool = False
 

@@ -22,6 +22,8 @@ from django.db import transaction
 from bindings import changes
 from bindings.models import (
     DEFAULT_ENDPOINT,
+    DEFAULT_KEEPALIVE_S,
+    DEFAULT_RETRY_MS,
     EVENT_ID_ETAG,
     SLOW_CLIENT_CLOSE,
     START_HISTORICAL,
@@ -291,8 +293,8 @@ def _build_guards(guarded: object, route: Route, errors: Errors) -> list[RouteGu
 def do_put_endpoint(
     *,
     name: str,
-    retry_ms: int = 2000,
-    keepalive_s: int = 15,
+    retry_ms: int = DEFAULT_RETRY_MS,
+    keepalive_s: int = DEFAULT_KEEPALIVE_S,
     cors_origins: Sequence[str] = (),
     cors_credentials: bool = False,
     actor: Actor = SHELL,

@@ -39,6 +39,8 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import transaction
 
 from bindings.models import (
+    DEFAULT_KEEPALIVE_S,
+    DEFAULT_RETRY_MS,
     EVENT_ID_ETAG,
     EVENT_ID_KEY_AND_ETAG,
     SLOW_CLIENT_CLOSE,
@@ -60,8 +62,6 @@ from bindings.services import (
 )
 
 KAFKA_EXIT = "kafka_cache_client"
-DEFAULT_RETRY_MS = 2000
-DEFAULT_KEEPALIVE_S = 15
 MAX_NAME = 100  # the models' SlugField length
 MAX_VALUES = 100_000
 
