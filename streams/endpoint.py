@@ -26,6 +26,7 @@ from streams.filters import compile_filters
 from streams.guards import Refusal, Session, authorise
 from streams.http import (
     MAX_LAST_EVENT_ID_BYTES,
+    STREAM_HEADERS,
     STREAM_METHODS,
     cors_headers,
     last_event_id,
@@ -35,14 +36,15 @@ from streams.http import (
     respond_json,
     since_param,
 )
-from streams.hub import Hub, TopicState, current_hub, get_hub
-from streams.kafka import KafkaUnavailableError, ReaderStats, TopicNotFoundError
+from streams.hub import Hub, TopicState
+from streams.kafka import KafkaUnavailableError, TopicNotFoundError
 from streams.lease import Lease
 from streams.pump import Pump
-from streams.routes import open_streams, route_table
 from streams.routing import Match
+from streams.runtime import Runtime
+from streams.runtime import runtime as process_runtime
 from streams.server import FLOW_EXTENSION
-from streams.sessions import CHALLENGE_CONTENT_TYPE, CHALLENGE_EVENT, sessions
+from streams.sessions import CHALLENGE_CONTENT_TYPE, CHALLENGE_EVENT
 from streams.side_requests import challenge_response, preflight
 from streams.stats import StreamStats
 from streams.subscription import Subscription, SubscriptionOptions
@@ -51,18 +53,19 @@ log = logging.getLogger(__name__)
 
 
 class StreamEndpoint:
-    def __init__(self, django_app: ASGIApp) -> None:
+    def __init__(self, django_app: ASGIApp, runtime: Runtime = process_runtime) -> None:
         self.django_app = django_app
+        self.runtime = runtime
         if settings.SSE_BOOTSTRAP_TOPICS:
             self._start_hub_when_serving()
 
-    @staticmethod
-    def _start_hub_when_serving() -> None:
+    def _start_hub_when_serving(self) -> None:
         """Bootstrap topics are fetched from process start, not from the first stream: under daphne, start the
         hub as soon as the reactor runs (on its asyncio loop). Elsewhere the first request starts it."""
         reactor = sys.modules.get("twisted.internet.reactor")
         if reactor is not None:
-            reactor.callLater(0, get_hub)  # runs on the asyncio loop once it runs (startup triggers fire before)
+            # Runs on the asyncio loop once it runs (startup triggers fire before).
+            reactor.callLater(0, self.runtime.hub)
 
     def _is_django(self, path: str) -> bool:
         return path == "/" or any(path.startswith(p) for p in settings.SSE_RESERVED_PREFIXES if p != "/-/")
@@ -73,27 +76,11 @@ class StreamEndpoint:
         elif scope["path"].startswith("/-/"):
             await self.internal(scope, send)
         else:
-            await Stream(scope, receive, send).run()
+            await Stream(scope, receive, send, self.runtime).run()
 
     async def internal(self, scope: Scope, send: Send) -> None:
         if scope["path"] == "/-/health":
-            hub = current_hub()
-            counts = hub.stats() if hub else {"kafka_consumers": 0, "fetch_streams": 0, "subscriptions": 0}
-            counts.setdefault("stalled_streams", 0)
-            counts.setdefault("stalls_noticed", 0)
-            counts["kafka_consumers"] += ReaderStats.historical_readers
-            body = {
-                "status": "ok",
-                "streams": StreamStats.open_streams,
-                "malformed_ids": StreamStats.malformed_ids,
-                "closed_slow": StreamStats.closed_slow,
-                "historical_readers": ReaderStats.historical_readers,
-                "route_reloads": route_table.reloads,
-                "closed_on_change": open_streams.closed,
-                "renewed_by_challenge": sessions.renewed,
-                **counts,
-            }
-            await respond_json(send, 200, body)
+            await respond_json(send, 200, self.runtime.health())
         else:
             await problem(send, 404, "Not found", f"Nothing at {scope['path']}.")
 
@@ -101,8 +88,9 @@ class StreamEndpoint:
 class Stream:
     """One SSE response: checks the request, resolves the route, then pumps Kafka records to the client."""
 
-    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __init__(self, scope: Scope, receive: Receive, send: Send, runtime: Runtime) -> None:
         self.scope, self.receive, self.send = scope, receive, send
+        self.runtime = runtime
         self.cors: tuple[tuple[bytes, bytes], ...] = ()
         self.stop: asyncio.Future[str] | None = None
         self.path = ""
@@ -118,12 +106,12 @@ class Stream:
         method = self.scope["method"]
         path = self.path = raw_path(self.scope)
         if method == "OPTIONS":
-            await preflight(self.scope, self.send, path)
+            await preflight(self.scope, self.send, path, self.runtime.routes)
             return
         if method == "POST" and (header(self.scope, b"content-type") or b"").split(b";")[0].strip().lower() == (
             CHALLENGE_CONTENT_TYPE
         ):
-            await challenge_response(self.scope, self.receive, self.send, path)
+            await challenge_response(self.scope, self.receive, self.send, path, self.runtime)
             return
         if method not in {"GET", "HEAD"}:
             await problem(
@@ -143,7 +131,7 @@ class Stream:
                 self.send, 400, "Bad request", f"Last-Event-ID is longer than {MAX_LAST_EVENT_ID_BYTES} bytes."
             )
             return
-        candidates = await route_table.candidates(path)
+        candidates = await self.runtime.routes.candidates(path)
         if not candidates:
             await problem(self.send, 404, "No route", f"No route matches {path}.")
             return
@@ -169,10 +157,12 @@ class Stream:
                 404, "Unknown topic", f"{matched.topic!r} is not a Kafka topic name.", topic=matched.topic
             )
             return
-        hub = get_hub()
+        hub = self.runtime.hub()
         try:
             state = await hub.topic(matched.topic)
-            subscription, starts, preamble = await open_subscription(hub, state, matched, resume, since_ms)
+            subscription, starts, preamble = await open_subscription(
+                hub, state, matched, resume, since_ms, stats=self.runtime.stats
+            )
         except TopicNotFoundError as exc:
             await self.problem(404, "Unknown topic", str(exc), topic=exc.topic)
             return
@@ -183,13 +173,7 @@ class Stream:
                 headers=((b"retry-after", b"5"), *self.cors),
             )  # fmt: skip
             return
-        headers = [
-            (b"content-type", b"text/event-stream"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-            *self.cors,
-        ]
-        await self.send({"type": "http.response.start", "status": 200, "headers": headers})
+        await self.send({"type": "http.response.start", "status": 200, "headers": [*STREAM_HEADERS, *self.cors]})
         if head_only:
             await self.send({"type": "http.response.body", "body": b""})
             return
@@ -197,23 +181,26 @@ class Stream:
         await self.send({"type": "http.response.body", "body": opening, "more_body": True})
         flow = self.scope.get("extensions", {}).get(FLOW_EXTENSION)
         conflate = route.slow_client == SLOW_CLIENT_CONFLATE
-        pump = Pump(hub, state, subscription, starts, send=self.send, flow=flow, conflate=conflate, label=route.name)
+        pump = Pump(
+            hub, state, subscription, starts,
+            send=self.send, flow=flow, conflate=conflate, label=route.name, stats=self.runtime.stats,
+        )  # fmt: skip
         self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump
-        StreamStats.open_streams += 1
+        self.runtime.stats.open_streams += 1
         try:
-            open_streams.add(self, route, self.path, lambda: self.end("route changed"))
-            if route_table.changed_since(route, self.path):  # changed while this stream was set up
+            self.runtime.open_streams.add(self, route, self.path, lambda: self.end("route changed"))
+            if self.runtime.routes.changed_since(route, self.path):  # changed while this stream was set up
                 self.end("route changed")
             if self.sessions:
-                sessions.add(self)
+                self.runtime.sessions.add(self)
                 self.lease = Lease(route, self.sessions, challenge=self.challenge, end=self.end)
                 self.lease.schedule()
             await self.race(pump.run(route.endpoint.keepalive_s), matched.topic, self.stop)
         finally:
-            StreamStats.open_streams -= 1
-            open_streams.remove(self, route)
-            sessions.remove(self)
+            self.runtime.stats.open_streams -= 1
+            self.runtime.open_streams.remove(self, route)
+            self.runtime.sessions.remove(self)
             if self.lease is not None:
                 self.lease.cancel()
             await pump.close()
@@ -247,13 +234,13 @@ class Stream:
 
 
 async def open_subscription(
-    hub: Hub, state: TopicState, matched: Match, resume: bytes | None, since_ms: int | None
+    hub: Hub, state: TopicState, matched: Match, resume: bytes | None, since_ms: int | None, *, stats: StreamStats
 ) -> tuple[Subscription, dict[int, int], bytes]:
     """Where each partition starts, and the subscription that turns its records into events."""
     route: RouteSpec = matched.route
     resumed = parse_id(resume.decode("utf-8", errors="replace")) if resume else None
     if resume and resumed is None:
-        StreamStats.malformed_ids += 1
+        stats.malformed_ids += 1
         log.info("malformed Last-Event-ID on %s, starting fresh: %r", route.name, resume[:100])
     positions = await hub.positions(state, resumed=resumed, start=route.start, since_ms=since_ms)
     options = SubscriptionOptions(

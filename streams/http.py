@@ -14,6 +14,12 @@ from streams.positions import parse_since
 
 MAX_LAST_EVENT_ID_BYTES = 4096
 STREAM_METHODS = "GET, HEAD, OPTIONS"
+# A stream's response headers (docs/contract.md §2): proxies must neither cache nor buffer it.
+STREAM_HEADERS = (
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+)
 
 
 async def respond_json(

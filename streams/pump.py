@@ -54,8 +54,8 @@ class SlowClientPolicy:
     behind; it resumes with nothing lost. `conflate`: wait for as long as it takes, then send only the latest
     pending value per key."""
 
-    def __init__(self, *, conflate: bool) -> None:
-        self.conflate = conflate
+    def __init__(self, *, conflate: bool, stats: StreamStats) -> None:
+        self.conflate, self.stats = conflate, stats
         self.max_pending = settings.SSE_MAX_PENDING_BYTES
         self.stall_grace_s = settings.SSE_STALL_GRACE_MS / 1000
 
@@ -72,7 +72,7 @@ class SlowClientPolicy:
             # has drained nothing for a while and is far behind.
             stalled = loop.time() - paused_since >= self.stall_grace_s
             if stalled and reader.lag_bytes() > self.max_pending:
-                StreamStats.closed_slow += 1
+                self.stats.closed_slow += 1
                 log.info("closing a slow client of %s: more than %d bytes behind", reader.topic, self.max_pending)
                 flow.abort()
                 return Drained.CLOSED
@@ -98,12 +98,13 @@ class Pump:
         flow: Flow | None,
         conflate: bool = False,
         label: str = "",
+        stats: StreamStats | None = None,
     ) -> None:
         self.hub, self.subscription = hub, subscription
         self.reader = StreamReader(hub.cache, hub.kafka, state, subscription, starts)
         self.label = label  # the route, for logs
         self.send, self.flow = send, flow
-        self.policy = SlowClientPolicy(conflate=conflate)
+        self.policy = SlowClientPolicy(conflate=conflate, stats=stats or StreamStats())
         self.behind = False  # conflating: the connection was full, so the next read conflates what is pending
         self.phase = Phase.WORKING
         self.waiter = asyncio.Event()

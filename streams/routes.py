@@ -65,11 +65,10 @@ class OpenStreams:
                     close()
 
 
-open_streams = OpenStreams()
-
-
 class RouteTable:
-    def __init__(self) -> None:
+    def __init__(self, open_streams: OpenStreams) -> None:
+        """`open_streams`: the process's streams, closed when a rebuild finds their route changed."""
+        self.open_streams = open_streams
         self.routes: tuple[CompiledRoute, ...] = ()
         self.by_name: dict[str, tuple[CompiledRoute, tuple[object, ...]]] = {}  # name -> route, its delivery
         self.loaded_at = float("-inf")
@@ -127,7 +126,7 @@ class RouteTable:
         self.by_name = {route.spec.name: (route, route.spec.delivery()) for route in self.routes}
         self.loaded_at = started
         self.reloads += 1
-        open_streams.reconcile(self.by_name)
+        self.open_streams.reconcile(self.by_name)
 
     def _reload_soon(self) -> None:
         """After an announcement: rebuild now, so streams of a changed route close within moments."""
@@ -163,6 +162,3 @@ class RouteTable:
         `path`): for a stream that was set up while a reload ran, which that reload's reconcile could not see."""
         compiled, delivery = self.by_name.get(route.name, (None, None))
         return compiled is None or delivery != route.delivery() or compiled.match(path_segments(path)) is None
-
-
-route_table = RouteTable()

@@ -84,18 +84,14 @@ class Sessions:
 
         await listen(REAUTHORIZE_GROUP, heard)
 
-
-sessions = Sessions()
-
-
-async def broadcast(token: str) -> None:
-    """Hand a challenge response's token to every process (this one included)."""
-    layer = get_channel_layer()
-    if layer is None:
-        await sessions.reauthorize(token)
-        return
-    try:
-        await layer.group_send(REAUTHORIZE_GROUP, {"type": "streams.reauthorize", "token": token})
-    except Exception:
-        log.warning("could not broadcast a challenge response; renewing this process's streams only", exc_info=True)
-        await sessions.reauthorize(token)
+    async def broadcast(self, token: str) -> None:
+        """Hand a challenge response's token to every process (this one included)."""
+        layer = get_channel_layer()
+        if layer is None:
+            await self.reauthorize(token)
+            return
+        try:
+            await layer.group_send(REAUTHORIZE_GROUP, {"type": "streams.reauthorize", "token": token})
+        except Exception:
+            log.warning("could not broadcast a challenge response; renewing this process's streams only", exc_info=True)
+            await self.reauthorize(token)

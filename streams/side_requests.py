@@ -4,19 +4,22 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from streams.asgi import Receive, Scope, Send, header
 from streams.guards import accepted_by_any, credentials
 from streams.http import STREAM_METHODS, cors_headers, problem
-from streams.routes import route_table
-from streams.sessions import broadcast
+from streams.routes import RouteTable
+
+if TYPE_CHECKING:
+    from streams.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
 
-async def preflight(scope: Scope, send: Send, path: str) -> None:
+async def preflight(scope: Scope, send: Send, path: str, routes: RouteTable) -> None:
     """A CORS preflight: 204 with the route's endpoint's CORS headers, or 404."""
-    matched = await route_table.match(path)
+    matched = await routes.match(path)
     if matched is None:
         await problem(send, 404, "No route", f"No route matches {path}.")
         return
@@ -32,10 +35,11 @@ async def preflight(scope: Scope, send: Send, path: str) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-async def challenge_response(scope: Scope, receive: Receive, send: Send, path: str) -> None:
+async def challenge_response(scope: Scope, receive: Receive, send: Send, path: str, runtime: Runtime) -> None:
     """A client's answer to a `challenge` event: always 204; its token renews matching streams everywhere."""
+    routes = runtime.routes
     try:
-        matched = await route_table.match(path)
+        matched = await routes.match(path)
     except Exception:
         log.warning("challenge response: routes cannot be read", exc_info=True)
         matched = None
@@ -48,5 +52,5 @@ async def challenge_response(scope: Scope, receive: Receive, send: Send, path: s
     await send({"type": "http.response.body", "body": b""})
     token = credentials(scope)
     # Only a token one of our guards accepts goes to every process: garbage stays here.
-    if token is not None and await accepted_by_any(route_table.guards(), token):
-        await broadcast(token)
+    if token is not None and await accepted_by_any(routes.guards(), token):
+        await runtime.sessions.broadcast(token)

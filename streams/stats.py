@@ -1,11 +1,12 @@
-"""Counters of this web process, read by the health endpoint and tests."""
+"""Counters of a web process's streams, read by the health endpoint and tests."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
+
+@dataclass
 class StreamStats:
-    """Counters of this process (health endpoint, tests)."""
-
-    open_streams = 0
-    malformed_ids = 0
-    closed_slow = 0
+    open_streams: int = 0
+    malformed_ids: int = 0
+    closed_slow: int = 0

@@ -1,0 +1,57 @@
+"""Everything one web process holds for its streams, in one object handed to the endpoint.
+
+- `routes`: the route table, rebuilt on announced changes (streams/routes.py);
+- `open_streams`: the open streams by route, closed when their route changes;
+- `sessions`: the guarded streams, renewed by challenge responses from any process (streams/sessions.py);
+- `stats`: the counters the health endpoint reports;
+- `hub()`: the hub of the running event loop: fetcher, cache and fan-out (streams/hub.py), started on first use.
+
+A server process has one, `runtime`; tests may make their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from streams.hub import Hub, current_hub, get_hub
+from streams.kafka import ReaderStats
+from streams.routes import OpenStreams, RouteTable
+from streams.sessions import Sessions
+from streams.stats import StreamStats
+
+
+@dataclass
+class Runtime:
+    open_streams: OpenStreams = field(default_factory=OpenStreams)
+    sessions: Sessions = field(default_factory=Sessions)
+    stats: StreamStats = field(default_factory=StreamStats)
+    routes: RouteTable = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.routes = RouteTable(self.open_streams)
+
+    def hub(self) -> Hub:
+        return get_hub()
+
+    def health(self) -> dict[str, Any]:
+        """What `/-/health` reports: this process's streams, its Kafka side and its control-plane traffic."""
+        hub = current_hub()
+        counts = hub.stats() if hub else {"kafka_consumers": 0, "fetch_streams": 0, "subscriptions": 0}
+        counts.setdefault("stalled_streams", 0)
+        counts.setdefault("stalls_noticed", 0)
+        counts["kafka_consumers"] += ReaderStats.historical_readers
+        return {
+            "status": "ok",
+            "streams": self.stats.open_streams,
+            "malformed_ids": self.stats.malformed_ids,
+            "closed_slow": self.stats.closed_slow,
+            "historical_readers": ReaderStats.historical_readers,
+            "route_reloads": self.routes.reloads,
+            "closed_on_change": self.open_streams.closed,
+            "renewed_by_challenge": self.sessions.renewed,
+            **counts,
+        }
+
+
+runtime = Runtime()
