@@ -70,7 +70,6 @@ def log(message: str) -> None:
     print(f"web: {message}", file=sys.stderr, flush=True)
 
 
-
 def listen(host: str, port: int, backlog: int) -> socket.socket:
     """The shared listening socket, inheritable so the workers get it through ``pass_fds``."""
     try:
