@@ -18,14 +18,12 @@ or nothing, every write through `bindings.services`; problems are keyed by where
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any
 
-import yaml
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import transaction
 
+from bindings import yaml_documents
 from bindings.asyncapi_export import dump_yaml, export_asyncapi
 from bindings.asyncapi_plan import ImportResult, _plan, _PlannedRoute
 from bindings.asyncapi_schema import _DOCUMENT_KEY, _NAMED, EXTENSION
@@ -47,28 +45,14 @@ class AsyncApiImportError(ValueError):
         self.errors = errors
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """Safe YAML without aliases: `*name` can make a document that refers to itself, or one that is tiny as text
-    and huge as data, and an AsyncAPI document has no use for them."""
-
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
-            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted here", mark)
-        return super().compose_node(parent, index)
-
-
 def parse_document(text: str | bytes, *, is_json: bool = False) -> object:
     """A document from YAML (JSON is YAML too) or, with `is_json`, strict JSON; AsyncApiImportError naming
     `document` if it is neither."""
     try:
-        if isinstance(text, bytes):
-            text = text.decode()
-        return json.loads(text) if is_json else yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506
-    except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError, RecursionError) as exc:
+        return yaml_documents.load(text, is_json=is_json)
+    except yaml_documents.DocumentError as exc:
         what = "JSON" if is_json else "YAML or JSON"
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise AsyncApiImportError({"document": [f"Not valid {what}: {reason}"]}) from None
+        raise AsyncApiImportError({"document": [f"Not valid {what}: {exc}"]}) from None
 
 
 def import_asyncapi(document: object, *, dry_run: bool = False, actor: Actor | None = None) -> ImportResult:

@@ -6,8 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
+from bindings import yaml_documents
 from bindings.asyncapi_schema import (
     _ENDPOINT_KEYS,
     _FORM_OF_EVENT_ID,
@@ -120,16 +119,9 @@ def export_asyncapi(server_url: str, *, title: str = "SSE over Kafka", version: 
     return document
 
 
-class _NoAliasDumper(yaml.SafeDumper):
-    """Writes each shared object out in full: the import refuses aliases (see `_NoAliasLoader`)."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
 def dump_yaml(document: Mapping[str, Any]) -> str:
     """The document as YAML, keys in the order they were built, no aliases."""
-    return yaml.dump(document, Dumper=_NoAliasDumper, sort_keys=False, allow_unicode=True)
+    return yaml_documents.dump(document)
 
 
 def _server(server_url: str) -> dict[str, Any]:

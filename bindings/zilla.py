@@ -36,10 +36,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import yaml
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import transaction
 
+from bindings import yaml_documents
 from bindings.importing import Errors, ImportResult, diff
 from bindings.models import (
     DEFAULT_KEEPALIVE_S,
@@ -80,8 +80,9 @@ __all__ = ["ImportResult", "ZillaConfigError", "do_import_zilla", "export_zilla"
 
 def parse(text: str) -> Mapping[str, Any]:
     try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        # Zilla files may share options through anchors; what aliases expand to is bounded below (MAX_VALUES).
+        config = yaml_documents.load(text, aliases=True)
+    except yaml_documents.DocumentError as exc:
         raise ZillaConfigError({"yaml": [f"Not valid YAML: {exc}"]}) from None
     if not isinstance(config, Mapping):
         raise ZillaConfigError({"yaml": ["A zilla.yaml is a mapping with `bindings` (and `guards`)."]})

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
+from bindings import yaml_documents
 from bindings.models import (
     DEFAULT_KEEPALIVE_S,
     EVENT_ID_ETAG,
@@ -79,7 +78,7 @@ def export_zilla(name: str = "sse-platform", *, strict: bool = False) -> tuple[s
     if guards:
         config["guards"] = guards
     config["bindings"] = bindings
-    return yaml.safe_dump(config, sort_keys=False, allow_unicode=True), notes
+    return yaml_documents.dump(config), notes
 
 
 def _export_route(route: Route, index: int, strict: bool, extension: Callable[[str], bool]) -> dict[str, Any]:

@@ -221,6 +221,28 @@ def test_a_bad_file_is_reported_where_it_is_and_nothing_is_written(text: str, wh
     assert not Change.objects.exists()
 
 
+def test_a_file_nested_too_deeply_is_refused_as_invalid_yaml_not_a_crash() -> None:
+    """The YAML parser recurses per level: before the shared loader this was a RecursionError, a 500 on the API."""
+    with pytest.raises(ZillaConfigError) as info:
+        do_import("bindings: " + "[" * 5000 + "]" * 5000)
+    assert info.value.errors == {"yaml": ["Not valid YAML: nested too deeply"]}
+    assert not Change.objects.exists()
+
+
+def test_anchors_and_aliases_of_a_zilla_file_are_read() -> None:
+    """Zilla files may share values through YAML anchors: the AsyncAPI import refuses aliases, this one reads
+    them (and bounds what they expand to)."""
+    first = "exit: north_kafka_cache_client\n        with:\n          topic: items-snapshots"
+    second = "exit: north_kafka_cache_client\n        with:\n          topic: ${params.topic}"
+    shared = ZILLA_YAML.replace(first, first.replace("exit: ", "exit: &cache ")).replace(
+        second, second.replace("exit: north_kafka_cache_client", "exit: *cache")
+    )
+    assert "&cache" in shared
+    assert "*cache" in shared
+    result = do_import(shared)
+    assert {"route north-sse-kafka-mapping-0", "route north-sse-kafka-mapping-1"} <= set(names(result, "created"))
+
+
 def test_validation_errors_roll_back_the_routes_that_were_valid() -> None:
     with pytest.raises(ZillaConfigError) as info:
         do_import(ZILLA_YAML.replace("${params.topic}", "${params.nope}"))
