@@ -23,7 +23,7 @@ from streams.cache import Cache
 from streams.fetcher import FetchedBatch, Fetcher
 from streams.kafka import Metadata, TopicInfo, Watermarks
 from streams.starts import Positions, StartFinder
-from streams.watchdog import StallWatch
+from streams.watchdog import StallWatch, Watched
 
 log = logging.getLogger(__name__)
 
@@ -31,15 +31,8 @@ METADATA_TTL_S = 30.0
 JANITOR_INTERVAL_S = 5.0
 
 
-class Subscriber(Protocol):
-    label: str  # the route, for logs
-
-    @property
-    def cursors(self) -> dict[int, int]:
-        """Next offset to read, per partition."""
-
-    def receiving(self) -> bool:
-        """The client takes what is written (its connection is not full, the stream not ended)."""
+class Subscriber(Watched, Protocol):
+    """A stream reading a topic through the hub (what the stall watch needs of it, and the fan-out's hooks)."""
 
     def share_key(self) -> Hashable | None:
         """Subscribers with equal keys would write the same bytes for the next batch; None: not shareable now."""
