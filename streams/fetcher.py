@@ -103,21 +103,25 @@ class Fetcher:
         self.thread.command(lambda thread, consumer: thread.unassign(consumer, topic, keys, paused))
 
     def pause(self, topic: str, partitions: Iterable[int]) -> None:
-        keys = self._in_state(topic, partitions, Fetch.FETCHING)
-        if keys:
-            for key in keys:
-                self.partitions[key].state = Fetch.PAUSED
-            self.thread.command(lambda _, consumer: consumer.pause(_partitions(keys)))
+        self._move(topic, partitions, Fetch.FETCHING, Fetch.PAUSED, Consumer.pause)
 
     def resume(self, topic: str, partitions: Iterable[int]) -> None:
-        keys = self._in_state(topic, partitions, Fetch.PAUSED)
+        self._move(topic, partitions, Fetch.PAUSED, Fetch.FETCHING, Consumer.resume)
+
+    def _move(
+        self,
+        topic: str,
+        partitions: Iterable[int],
+        before: Fetch,
+        after: Fetch,
+        call: Callable[[Consumer, list[TopicPartition]], None],
+    ) -> None:
+        """Partitions in state `before` go to `after`, here and then in the consumer (`call`)."""
+        keys = {(topic, p) for p in partitions if (found := self.partitions.get((topic, p))) and found.state is before}
         if keys:
             for key in keys:
-                self.partitions[key].state = Fetch.FETCHING
-            self.thread.command(lambda _, consumer: consumer.resume(_partitions(keys)))
-
-    def _in_state(self, topic: str, partitions: Iterable[int], state: Fetch) -> set[Key]:
-        return {(topic, p) for p in partitions if (found := self.partitions.get((topic, p))) and found.state is state}
+                self.partitions[key].state = after
+            self.thread.command(lambda _, consumer: call(consumer, _partitions(keys)))
 
     @property
     def fetch_streams(self) -> int:
