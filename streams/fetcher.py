@@ -79,10 +79,6 @@ class Fetcher:
     def stop(self) -> None:
         self.thread.stop()
 
-    @property
-    def alive(self) -> bool:
-        return self.thread.alive
-
     def assign(self, topic: str, partition: int, offset: int) -> None:
         """Fetch the partition from `offset` (a partition assigned already is moved there)."""
         key = (topic, partition)
@@ -177,10 +173,6 @@ class ConsumerThread:
     def stop(self) -> None:
         self._running.clear()
         self._thread.join(timeout=10)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
 
     def command(self, command: Command) -> None:
         """Run `command` on this thread, after every command given before it."""
