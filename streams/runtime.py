@@ -20,6 +20,9 @@ from streams.routes import OpenStreams, RouteTable
 from streams.sessions import Sessions
 from streams.stats import StreamStats
 
+# What a process's hub counts, all zero before its first stream starts the hub.
+IDLE_COUNTERS = ("kafka_consumers", "fetch_streams", "subscriptions", "stalled_streams", "stalls_noticed")
+
 
 @dataclass
 class Runtime:
@@ -37,9 +40,7 @@ class Runtime:
     def health(self) -> dict[str, Any]:
         """What `/-/health` reports: this process's streams, its Kafka side and its control-plane traffic."""
         hub = current_hub()
-        counts = hub.stats() if hub else {"kafka_consumers": 0, "fetch_streams": 0, "subscriptions": 0}
-        counts.setdefault("stalled_streams", 0)
-        counts.setdefault("stalls_noticed", 0)
+        counts = hub.stats() if hub else dict.fromkeys(IDLE_COUNTERS, 0)
         counts["kafka_consumers"] += ReaderStats.historical_readers
         return {
             "status": "ok",
