@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import os
 import socket
 import struct
@@ -18,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -32,23 +30,16 @@ HOST = "127.0.0.1"
 STOP_GRACE_S = 10.0
 
 
-def _load_platform_services() -> Any:
-    """platform/services.py, loaded by path: platform/ is deliberately no package (one named `platform` would
-    shadow the standard library's), so the tests take the helpers of the file `make` runs instead of copies."""
-    spec = importlib.util.spec_from_file_location("platform_services", ROOT / "platform" / "services.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their annotations through the module
-    spec.loader.exec_module(module)
-    return module
-
-
-platform_services = _load_platform_services()
+# platform/ is deliberately no package (one named `platform` would shadow the standard library's); its modules
+# import each other by file name, so the tests reach them the same way and take the helpers `make` runs instead
+# of copies.
+sys.path.append(str(ROOT / "platform"))
+import embedded  # noqa: E402
+from embedded_kafka import Kafka  # noqa: E402
 
 
 def free_port() -> int:
-    return int(platform_services.pick_port(None))
+    return int(embedded.pick_port(None))
 
 
 def _wait_for(what: str, condition: Callable[[], bool], timeout: float, log_path: Path | None = None) -> None:
@@ -62,7 +53,7 @@ def _wait_for(what: str, condition: Callable[[], bool], timeout: float, log_path
 
 
 def _tail(path: Path) -> str:
-    return str(platform_services.log_tail(path, lines=40))
+    return str(embedded.log_tail(path, lines=40))
 
 
 def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
@@ -278,7 +269,7 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 
 def tansu_binary() -> str:
-    return str(platform_services.Kafka.binary())
+    return str(Kafka.binary())
 
 
 def kafka_answers(bootstrap: str) -> bool:
