@@ -19,17 +19,13 @@ or nothing, every write through `bindings.services`; problems are keyed by where
 from __future__ import annotations
 
 import re
-
-from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
-from django.db import transaction
+from functools import partial
 
 from bindings import yaml_documents
 from bindings.asyncapi_export import dump_yaml, export_asyncapi
-from bindings.asyncapi_plan import ImportResult, _plan, _PlannedRoute
+from bindings.asyncapi_plan import _plan, _PlannedRoute
 from bindings.asyncapi_schema import _DOCUMENT_KEY, _NAMED, EXTENSION
-from bindings.models import (
-    Route,
-)
+from bindings.importing import ImportProblems, ImportResult, Write, run_import
 from bindings.services import Actor, do_put_endpoint, do_put_guard, do_put_route
 
 # The format's entry points. Import is here; reading channels into a plan is in asyncapi_plan.py, the export in
@@ -37,12 +33,8 @@ from bindings.services import Actor, do_put_endpoint, do_put_guard, do_put_route
 __all__ = ["AsyncApiImportError", "ImportResult", "dump_yaml", "export_asyncapi", "import_asyncapi", "parse_document"]
 
 
-class AsyncApiImportError(ValueError):
+class AsyncApiImportError(ImportProblems):
     """A document that cannot be imported: `errors` maps where each problem is (`channels.<id>.<field>`)."""
-
-    def __init__(self, errors: dict[str, list[str]]) -> None:
-        super().__init__("; ".join(f"{where}: {' '.join(messages)}" for where, messages in errors.items()))
-        self.errors = errors
 
 
 def parse_document(text: str | bytes, *, is_json: bool = False) -> object:
@@ -56,59 +48,37 @@ def parse_document(text: str | bytes, *, is_json: bool = False) -> object:
 
 
 def import_asyncapi(document: object, *, dry_run: bool = False, actor: Actor | None = None) -> ImportResult:
-    """Create or replace a route for each SSE channel of an AsyncAPI 3 `document` (parsed YAML or JSON).
+    """Create or replace a route for each SSE channel of an AsyncAPI 3 `document` (parsed YAML or JSON), and the
+    guards and endpoints under its `x-sse-kafka`.
 
     All of it or nothing: raises AsyncApiImportError, having written nothing, if anything is wrong. With
     `dry_run` everything is validated and written inside a transaction that is then rolled back.
     """
     actor = actor or Actor(name="asyncapi import", source="import")
     errors: dict[str, list[str]] = {}
-    result = ImportResult(dry_run=dry_run)
-    routes, named = _plan(document, errors, result)
+    ignored: list[str] = []
+    routes, named = _plan(document, errors, ignored)
     if errors:
         raise AsyncApiImportError(errors)
-    with transaction.atomic():
-        for kind, put, written in (
-            ("guards", do_put_guard, result.guards),
-            ("endpoints", do_put_endpoint, result.endpoints),
-        ):
-            document_keys = {argument: key for key, (argument, _, _) in _NAMED[kind][1].items()}
-            for name, arguments in named.get(kind, {}).items():
-                try:
-                    put(name=name, actor=actor, **arguments)
-                except ValidationError as exc:
-                    for key, messages in _message_dict(exc).items():
-                        where = f"{EXTENSION}.{kind}.{name}"
-                        document_key = document_keys.get(key)
-                        errors.setdefault(f"{where}.{document_key}" if document_key else where, []).extend(messages)
-                else:
-                    written.append(name)
-        for planned in routes:
-            existed = Route.objects.filter(name=planned.name).exists()
-            try:
-                do_put_route(**planned.arguments, actor=actor)
-            except ValidationError as exc:
-                for key, messages in _message_dict(exc).items():
-                    errors.setdefault(_where(planned, key), []).extend(messages)
-            else:
-                result.routes.append(
-                    {
-                        "name": planned.name,
-                        "channels": planned.channels,
-                        "paths": planned.arguments["paths"],
-                        "topic": planned.arguments["topic"],
-                        "status": "replaced" if existed else "created",
-                    }
-                )
-        if errors:
-            raise AsyncApiImportError(errors)  # leaves the atomic block: everything written is rolled back
-        if dry_run:
-            transaction.set_rollback(True)
-    return result
+    writes: list[Write] = []
+    for kind, put in (("guard", do_put_guard), ("endpoint", do_put_endpoint)):
+        section = f"{kind}s"
+        document_keys = {argument: key for key, (argument, _, _) in _NAMED[section][1].items()}
+        for name, arguments in named.get(section, {}).items():
+            where = f"{EXTENSION}.{section}.{name}"
+            write = partial(put, name=name, actor=actor, **arguments)
+            writes.append(Write(kind, name, where, write, partial(_named_where, where, document_keys)))
+    for planned in routes:
+        put_route = partial(do_put_route, **planned.arguments, actor=actor)
+        origin = ", ".join(f"channels.{channel}" for channel in planned.channels)
+        writes.append(Write("route", planned.name, origin, put_route, partial(_where, planned)))
+    return run_import(writes, dry_run=dry_run, ignored=ignored, error=AsyncApiImportError)
 
 
-def _message_dict(exc: ValidationError) -> dict[str, list[str]]:
-    return exc.message_dict if hasattr(exc, "error_dict") else {NON_FIELD_ERRORS: exc.messages}
+def _named_where(where: str, document_keys: dict[str, str], key: str) -> str:
+    """The place in the document of a guard's or endpoint's error key (`issuer`, `cors_origins`...)."""
+    document_key = document_keys.get(key)
+    return f"{where}.{document_key}" if document_key else where
 
 
 def _where(planned: _PlannedRoute, key: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from bindings.asyncapi_schema import (
@@ -37,26 +37,6 @@ class _PlannedRoute:
         return cls(name, [channel_id], {"paths": [address], "topic": topic, **arguments}, explicit)
 
 
-@dataclass
-class ImportResult:
-    """What an import wrote (or, with `dry_run`, would write), and the channels it left alone and why."""
-
-    dry_run: bool
-    routes: list[dict[str, Any]] = field(default_factory=list)
-    endpoints: list[str] = field(default_factory=list)
-    guards: list[str] = field(default_factory=list)
-    ignored: list[dict[str, str]] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "dry_run": self.dry_run,
-            "routes": self.routes,
-            "guards": self.guards,
-            "endpoints": self.endpoints,
-            "ignored": self.ignored,
-        }
-
-
 def _add(errors: dict[str, list[str]], where: str, message: str) -> None:
     errors.setdefault(where, []).append(message)
 
@@ -77,7 +57,7 @@ def _resolve(document: Mapping[str, Any], value: Any) -> Any:
 
 
 def _plan(
-    document: object, errors: dict[str, list[str]], result: ImportResult
+    document: object, errors: dict[str, list[str]], ignored: list[str]
 ) -> tuple[list[_PlannedRoute], dict[str, dict[str, dict[str, Any]]]]:
     """The routes, and the guards and endpoints (kind -> name -> do_put_* keywords) to put, from the document
     alone (no database); problems go to `errors`."""
@@ -104,7 +84,7 @@ def _plan(
     planned: dict[str, _PlannedRoute] = {}
     unnamed: list[tuple[str, str, dict[str, Any], set[str]]] = []  # channels without x-sse-kafka.route: named last
     for channel_id, raw in channels.items():
-        found = _channel(document, channel_id, raw, servers=servers, secured=secured, errors=errors, result=result)
+        found = _channel(document, channel_id, raw, servers=servers, secured=secured, errors=errors, ignored=ignored)
         if found is None:
             continue
         address, arguments, explicit = found
@@ -143,21 +123,21 @@ def _channel(
     servers: Mapping[str, Any],
     secured: Mapping[str, str],
     errors: dict[str, list[str]],
-    result: ImportResult,
+    ignored: list[str],
 ) -> tuple[str, dict[str, Any], set[str]] | None:
     """(address, do_put_route keywords, x-sse-kafka keys given) for an SSE channel; None if it is ignored
-    (and listed so in `result`) or wrong (and the problem is in `errors`)."""
+    (and listed so in `ignored`) or wrong (and the problem is in `errors`)."""
     where = f"channels.{channel_id}"
     channel = _resolve(document, raw)
     if not isinstance(channel, Mapping):
         if channel is None and isinstance(raw, Mapping) and "$ref" in raw:
-            result.ignored.append({"channel": channel_id, "reason": f"$ref {raw['$ref']!r} is not in this document"})
+            ignored.append(f"channel {channel_id}: ignored, $ref {raw['$ref']!r} is not in this document")
         else:
             _add(errors, where, "A channel is an object.")
         return None
     reason = _not_sse(document, channel, servers, where, errors)
     if reason is not None:
-        result.ignored.append({"channel": channel_id, "reason": reason})
+        ignored.append(f"channel {channel_id}: ignored, {reason}")
         return None
     extension = channel.get(EXTENSION, {})
     if not isinstance(extension, Mapping):

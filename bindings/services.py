@@ -81,6 +81,17 @@ def route_state(name: str) -> dict[str, Any] | None:
     return None if route is None else route_representation(route)
 
 
+def object_state(kind: str, name: str) -> dict[str, Any] | None:
+    """The endpoint, guard or route (`kind`) called `name` as the API shows it, or None."""
+    if kind == "route":
+        return route_state(name)
+    if kind == "endpoint":
+        endpoint = Endpoint.objects.filter(name=name).first()
+        return None if endpoint is None else endpoint_representation(endpoint)
+    guard = Guard.objects.filter(name=name).first()
+    return None if guard is None else guard_representation(guard)
+
+
 def _add(errors: Errors, key: str, messages: Sequence[str] | str) -> None:
     errors.setdefault(key, []).extend([messages] if isinstance(messages, str) else messages)
 

@@ -33,14 +33,12 @@ A dry run makes the same writes, reports them and rolls back, so it validates ex
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
-from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
-from django.db import transaction
-
 from bindings import yaml_documents
-from bindings.importing import Errors, ImportResult, diff
+from bindings.importing import ImportResult, Write, run_import
 from bindings.models import (
     DEFAULT_KEEPALIVE_S,
     SLOW_CLIENT_CLOSE,
@@ -49,7 +47,6 @@ from bindings.models import (
     Guard,
     Route,
 )
-from bindings.representations import endpoint_representation, guard_representation
 from bindings.services import (
     Actor,
     do_delete_route,
@@ -175,11 +172,13 @@ _ENDPOINT_FIELDS = {
 # --- writing ------------------------------------------------------------------------------------------------
 
 
-def _located(errors: Errors, exc: ValidationError, where: str, names: Mapping[str, str]) -> None:
-    """`exc`'s errors under `where`, each service field name rewritten as the file's (`paths[1]` -> `when[1].path`)."""
-    for name, messages in (exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}).items():
-        key = where if name in ("", NON_FIELD_ERRORS) else f"{where}.{_rename(*_split(name), names)}"
-        errors.setdefault(key, []).extend(messages)
+def _locator(where: str, names: Mapping[str, str]) -> Callable[[str], str]:
+    """A service's error key placed in the file under `where` (`paths[1]` -> `<where>.when[1].path`)."""
+
+    def locate(key: str) -> str:
+        return f"{where}.{_rename(*_split(key), names)}" if key else where
+
+    return locate
 
 
 def _split(name: str) -> tuple[str, str, str]:
@@ -194,15 +193,6 @@ def _rename(head: str, sep: str, rest: str, names: Mapping[str, str]) -> str:
     return f"{names.get(head, head)}{sep}{rest}"
 
 
-def _attempt(errors: Errors, where: str, names: Mapping[str, str], write: Callable[[], object]) -> bool:
-    try:
-        write()
-    except ValidationError as exc:
-        _located(errors, exc, where, names)
-        return False
-    return True
-
-
 def do_import_zilla(text: str, *, actor: Actor, dry_run: bool = False, prune: bool = False) -> ImportResult:
     """Import a zilla.yaml: create or replace its endpoints, guards and routes, all or nothing.
 
@@ -212,31 +202,21 @@ def do_import_zilla(text: str, *, actor: Actor, dry_run: bool = False, prune: bo
     plan = plan_import(parse(text))
     if plan.errors:
         raise ZillaConfigError(plan.errors)
-    result = ImportResult(dry_run=dry_run, ignored=plan.ignored)
-    errors: Errors = {}
-    with transaction.atomic():
-        for endpoint in plan.endpoints:
-            _import_endpoint(endpoint, actor, result, errors)
-        for guard in plan.guards:
-            _import_guard(guard, actor, result, errors)
-        for route in plan.routes:
-            _import_route(route, actor, result, errors)
-        if prune and not errors:
+
+    def writes() -> Iterator[Write]:
+        yield from (_endpoint_write(endpoint, actor) for endpoint in plan.endpoints)
+        yield from (_guard_write(guard, actor) for guard in plan.guards)
+        yield from (_route_write(route, actor) for route in plan.routes)
+        if prune:
             keep = {route.name for route in plan.routes}
             for name in Route.objects.exclude(name__in=keep).order_by("position", "id").values_list("name", flat=True):
-                before = route_state(name)
-                do_delete_route(name, actor=actor)
-                result.objects.append(diff(before, None, "route", name))
-        if errors:
-            raise ZillaConfigError(errors)  # leaves the atomic block: nothing was written
-        if dry_run:
-            transaction.set_rollback(True)
-    return result
+                yield Write("route", name, "", partial(do_delete_route, name, actor=actor), lambda key: key)
+
+    return run_import(writes(), dry_run=dry_run, ignored=plan.ignored, error=ZillaConfigError)
 
 
-def _import_endpoint(plan: _EndpointPlan, actor: Actor, result: ImportResult, errors: Errors) -> None:
+def _endpoint_write(plan: _EndpointPlan, actor: Actor) -> Write:
     existing = Endpoint.objects.filter(name=plan.name).first()
-    before = None if existing is None else endpoint_representation(existing)
     origins, credentials = (
         plan.cors
         if plan.cors is not None
@@ -245,38 +225,32 @@ def _import_endpoint(plan: _EndpointPlan, actor: Actor, result: ImportResult, er
     keepalive = plan.keepalive_s
     if keepalive is None:
         keepalive = existing.keepalive_s if existing else DEFAULT_KEEPALIVE_S
-
-    def write() -> Endpoint:
-        return do_put_endpoint(
-            name=plan.name,
-            retry_ms=plan.retry_ms,
-            keepalive_s=keepalive,
-            cors_origins=origins,
-            cors_credentials=credentials,
-            actor=actor,
-        )
-
-    if _attempt(errors, plan.where, _ENDPOINT_FIELDS, write):
-        after = endpoint_representation(Endpoint.objects.get(name=plan.name))
-        result.objects.append(diff(before, after, "endpoint", plan.name))
+    put = partial(
+        do_put_endpoint,
+        name=plan.name,
+        retry_ms=plan.retry_ms,
+        keepalive_s=keepalive,
+        cors_origins=origins,
+        cors_credentials=credentials,
+        actor=actor,
+    )
+    return Write("endpoint", plan.name, plan.where, put, _locator(plan.where, _ENDPOINT_FIELDS))
 
 
-def _import_guard(plan: _GuardPlan, actor: Actor, result: ImportResult, errors: Errors) -> None:
+def _guard_write(plan: _GuardPlan, actor: Actor) -> Write:
     existing = Guard.objects.filter(name=plan.name).first()
-    before = None if existing is None else guard_representation(existing)
     fields = dict(plan.fields)
     if "cookie" not in fields and existing is not None:
         fields["cookie"] = existing.cookie  # Zilla sets cookies on the http binding: keep ours
-    if _attempt(errors, plan.where, _GUARD_FIELDS, lambda: do_put_guard(name=plan.name, **fields, actor=actor)):
-        after = guard_representation(Guard.objects.get(name=plan.name))
-        result.objects.append(diff(before, after, "guard", plan.name))
+    put = partial(do_put_guard, name=plan.name, **fields, actor=actor)
+    return Write("guard", plan.name, plan.where, put, _locator(plan.where, _GUARD_FIELDS))
 
 
-def _import_route(plan: _RoutePlan, actor: Actor, result: ImportResult, errors: Errors) -> None:
+def _route_write(plan: _RoutePlan, actor: Actor) -> Write:
     before = route_state(plan.name)
     fields = dict(plan.fields)
     defaults = {"start": START_HISTORICAL, "caught_up": False, "slow_client": SLOW_CLIENT_CLOSE}
-    for key, default in defaults.items():
+    for key, default in defaults.items():  # what Zilla cannot say keeps its value, or takes the default
         fields.setdefault(key, before[key] if before is not None else default)
-    if _attempt(errors, plan.where, _ROUTE_FIELDS, lambda: do_put_route(name=plan.name, **fields, actor=actor)):
-        result.objects.append(diff(before, route_state(plan.name), "route", plan.name))
+    put = partial(do_put_route, name=plan.name, **fields, actor=actor)
+    return Write("route", plan.name, plan.where, put, _locator(plan.where, _ROUTE_FIELDS))

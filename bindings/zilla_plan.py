@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bindings.importing import Errors
+from bindings.importing import Errors, ImportProblems
 from bindings.models import (
     DEFAULT_RETRY_MS,
     EVENT_ID_ETAG,
@@ -32,13 +32,8 @@ _JWT_OPTIONS = frozenset({"issuer", "audience", "keys", "roles", "identity", "at
 _SLUG = re.compile(r"[-a-zA-Z0-9_]+")
 
 
-class ZillaConfigError(ValueError):
+class ZillaConfigError(ImportProblems):
     """A zilla.yaml that cannot be imported: `errors` maps where in the file (dotted) to what is wrong there."""
-
-    def __init__(self, errors: Errors) -> None:
-        self.errors = errors
-        self.problems = [f"{where}: {message}" if where else message for where, ms in errors.items() for message in ms]
-        super().__init__("; ".join(self.problems))
 
 
 # --- reading the file ---------------------------------------------------------------------------------------

@@ -48,9 +48,9 @@ def test_it_imports_a_yaml_body(admin: Client, content_type: str) -> None:
     body = response.json()
     assert body["dry_run"] is False
     assert body["created"] == [
-        {"kind": "endpoint", "name": "north-sse-server"},
-        {"kind": "route", "name": "north-sse-kafka-mapping-0"},
-        {"kind": "route", "name": "north-sse-kafka-mapping-1"},
+        {"kind": "endpoint", "name": "north-sse-server", "from": "bindings.north_sse_server"},
+        {"kind": "route", "name": "north-sse-kafka-mapping-0", "from": "bindings.north_sse_kafka_mapping.routes[0]"},
+        {"kind": "route", "name": "north-sse-kafka-mapping-1", "from": "bindings.north_sse_kafka_mapping.routes[1]"},
     ]
     assert body["ignored"] == [
         "binding north_http_server (http): ignored, not an SSE binding",

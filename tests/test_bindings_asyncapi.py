@@ -263,11 +263,15 @@ def test_export_then_import_into_an_empty_database_gives_the_same_routes(staff: 
     assert response.status_code == 200, response.content
     assert configuration() == before
     body = response.json()
-    assert (body["guards"], body["endpoints"]) == (["jwt"], ["default", "eu"])
-    assert [(r["name"], r["channels"], r["status"]) for r in body["routes"]] == [
-        ("items", ["items", "items-1"], "created"), ("orders", ["orders"], "created"), ("mine", ["mine"], "created")
-    ]  # fmt: skip
-    assert body["ignored"] == []
+    assert [(item["kind"], item["name"], item["from"]) for item in body["created"]] == [
+        ("guard", "jwt", "x-sse-kafka.guards.jwt"),
+        ("endpoint", "default", "x-sse-kafka.endpoints.default"),
+        ("endpoint", "eu", "x-sse-kafka.endpoints.eu"),
+        ("route", "items", "channels.items, channels.items-1"),
+        ("route", "orders", "channels.orders"),
+        ("route", "mine", "channels.mine"),
+    ]
+    assert body["updated"] == body["unchanged"] == body["deleted"] == body["ignored"] == []
     assert Change.objects.filter(kind="route", source="api", actor="ops").count() == 3
 
 
@@ -277,7 +281,8 @@ def test_importing_the_same_document_again_replaces_and_changes_nothing() -> Non
     changes = Change.objects.count()
     document = export_asyncapi("http://x")
     result = import_asyncapi(document)
-    assert [r["status"] for r in result.routes] == ["replaced"] * 3
+    assert [(item.kind, item.action) for item in result.objects if item.kind == "route"] == [("route", "unchanged")] * 3
+    assert result.of("created") == result.of("updated") == []
     assert configuration() == before
     assert Change.objects.count() == changes  # the history notes no write that changed nothing
 
@@ -330,16 +335,16 @@ operations:
 
 def test_foreign_channels_become_routes_and_the_rest_are_listed_as_ignored() -> None:
     result = import_asyncapi(yaml.safe_load(FOREIGN))
-    assert [(r["name"], r["paths"], r["topic"]) for r in result.routes] == [
+    assert [item.name for item in result.of("created", "route")] == ["orderUpdates", "user-events"]
+    assert [(route["name"], route["paths"], route["topic"]) for route in all_routes()] == [
         ("orderUpdates", ["/orders/{orderId}"], "orderUpdates"),
         ("user-events", ["/users"], "user.events"),  # a route name is a slug; a topic may have dots
     ]
-    ignored = {item["channel"]: item["reason"] for item in result.ignored}
-    assert sorted(ignored) == ["orderPlaced", "raw", "replies"]
-    assert "is not a path" in ignored["orderPlaced"]
-    assert "kafka" in ignored["raw"]
-    assert "no address" in ignored["replies"]
-    assert [route["name"] for route in all_routes()] == ["orderUpdates", "user-events"]
+    ignored = dict(line.split(": ignored, ", 1) for line in result.ignored)
+    assert sorted(ignored) == ["channel orderPlaced", "channel raw", "channel replies"]
+    assert "is not a path" in ignored["channel orderPlaced"]
+    assert "kafka" in ignored["channel raw"]
+    assert "no address" in ignored["channel replies"]
 
 
 def test_a_dry_run_reports_and_writes_nothing(staff: Client) -> None:
@@ -348,7 +353,9 @@ def test_a_dry_run_reports_and_writes_nothing(staff: Client) -> None:
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["dry_run"] is True
-    assert [r["name"] for r in body["routes"]] == ["orderUpdates", "user-events"]
+    assert [(item["kind"], item["name"]) for item in body["created"]] == [
+        ("route", "orderUpdates"), ("route", "user-events")
+    ]  # fmt: skip
     assert len(body["ignored"]) == 3
     assert Route.objects.count() == 0
     assert Change.objects.count() == changes
@@ -479,12 +486,12 @@ def test_the_command_exports_and_imports(tmp_path: Path) -> None:
 
     out = StringIO()
     call_command("asyncapi", "import", str(path), "--dry-run", stdout=out)
-    assert "would create route items: /items, /items/{id} -> items" in out.getvalue()
+    assert "route items: would create" in out.getvalue()
     assert Route.objects.count() == 0
 
     out = StringIO()
     call_command("asyncapi", "import", str(path), stdout=out)
-    assert "created route orders" in out.getvalue()
+    assert "route orders: created" in out.getvalue()
     assert all_routes() == before
 
 

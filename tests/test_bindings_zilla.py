@@ -159,6 +159,7 @@ def test_a_dry_run_writes_nothing_and_reports_the_diff() -> None:
     assert result.as_dict()["updated"][0] == {
         "kind": "endpoint",
         "name": "north-sse-server",
+        "from": "bindings.north_sse_server",
         "changes": {"retry_ms": {"before": 3000, "after": 5000}},
     }
 

@@ -53,13 +53,8 @@ class Command(BaseCommand):
                 parse_document(text), dry_run=dry_run, actor=Actor(name="manage.py asyncapi", source="command")
             )
         except AsyncApiImportError as exc:
-            problems = "\n  ".join(f"{where}: {' '.join(messages)}" for where, messages in exc.errors.items())
-            raise CommandError(f"nothing imported:\n  {problems}") from None
-        verb = "would " if dry_run else ""
-        for route in result.routes:
-            action = {"created": "create", "replaced": "replace"}[route["status"]] if dry_run else route["status"]
-            self.stdout.write(f"{verb}{action} route {route['name']}: {', '.join(route['paths'])} -> {route['topic']}")
-        for ignored in result.ignored:
-            self.stdout.write(f"ignored channel {ignored['channel']}: {ignored['reason']}")
+            raise CommandError("nothing imported:\n  " + "\n  ".join(exc.problems)) from None
+        for line in result.lines():
+            self.stdout.write(line)
         if dry_run:
-            self.stdout.write("dry run: nothing written")
+            self.stdout.write("dry run: nothing was written")
