@@ -18,10 +18,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from bindings.models import (
-    DEFAULT_ENDPOINT,
-    EVENT_ID_ETAG,
-    SLOW_CLIENT_CLOSE,
-    START_HISTORICAL,
     Change,
     Endpoint,
     Guard,
@@ -39,6 +35,7 @@ from bindings.services import (
     do_put_guard,
     do_put_route,
 )
+from bindings.shapes import EndpointShape, GuardShape, RouteShape
 
 NAME_REGEX = "[-a-zA-Z0-9_]+"
 
@@ -51,25 +48,8 @@ def _as_api_error(exc: DjangoValidationError) -> serializers.ValidationError:
     return serializers.ValidationError(exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages})
 
 
-class RouteSerializer(serializers.Serializer[Route]):
-    """Shapes only; everything else is checked by `do_put_route`, which names the bad field."""
-
-    name = serializers.SlugField(max_length=100, required=False)
-    position = serializers.IntegerField(required=False)
-    endpoint = serializers.SlugField(max_length=100, required=False)
-    topic = serializers.CharField(required=False, trim_whitespace=False)
-    paths = serializers.ListField(child=serializers.CharField(trim_whitespace=False), required=False)
-    path = serializers.CharField(write_only=True, required=False, trim_whitespace=False)
-    filters = serializers.ListField(child=serializers.JSONField(), required=False)
-    event_id = serializers.ChoiceField(choices=Route.EventId.choices, required=False)
-    start = serializers.ChoiceField(choices=Route.Start.choices, required=False)
-    caught_up = serializers.BooleanField(required=False)
-    slow_client = serializers.ChoiceField(choices=Route.SlowClient.choices, required=False)
-    guarded = serializers.DictField(
-        child=serializers.ListField(child=serializers.CharField()),
-        required=False,
-        help_text="Guard name -> the roles a token must all have; every guard must authorise.",
-    )
+class RouteSerializer(RouteShape):
+    """The route shape; everything else is checked by `do_put_route`, which names the bad field."""
 
     def to_representation(self, instance: Route) -> dict[str, Any]:
         return route_representation(instance)
@@ -96,19 +76,8 @@ class RouteSerializer(serializers.Serializer[Route]):
             raise _as_api_error(exc) from None
 
     def create(self, validated_data: dict[str, Any]) -> Route:
-        values = {
-            "name": self.context.get("name"),
-            "endpoint": DEFAULT_ENDPOINT,
-            "position": 0,
-            "filters": [],
-            "event_id": EVENT_ID_ETAG,
-            "start": START_HISTORICAL,
-            "caught_up": False,
-            "slow_client": SLOW_CLIENT_CLOSE,
-            "guarded": {},
-            **validated_data,
-        }
-        return self._put(values)
+        """Fields left out take `do_put_route`'s defaults, which are the model's."""
+        return self._put({"name": self.context.get("name"), **validated_data})
 
     def update(self, instance: Route, validated_data: dict[str, Any]) -> Route:
         """A full update replaces the route (fields left out take their defaults); a partial one merges."""
@@ -146,13 +115,8 @@ class _NamedSerializer(serializers.Serializer[Any]):
         return self.create({**values, **validated_data})
 
 
-class EndpointSerializer(_NamedSerializer):
+class EndpointSerializer(EndpointShape, _NamedSerializer):
     kind = "endpoint"
-    name = serializers.SlugField(max_length=100, required=False)
-    retry_ms = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
-    keepalive_s = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
-    cors_origins = serializers.ListField(child=serializers.CharField(max_length=255), required=False)
-    cors_credentials = serializers.BooleanField(required=False)
 
     def to_representation(self, instance: Endpoint) -> dict[str, Any]:
         return endpoint_representation(instance)
@@ -161,20 +125,8 @@ class EndpointSerializer(_NamedSerializer):
         return do_put_endpoint(**values, actor=api_actor(self.context.get("request")))
 
 
-class GuardSerializer(_NamedSerializer):
+class GuardSerializer(GuardShape, _NamedSerializer):
     kind = "guard"
-    name = serializers.SlugField(max_length=100, required=False)
-    issuer = serializers.CharField(max_length=255, required=False, allow_blank=True)
-    audience = serializers.CharField(max_length=255, required=False, allow_blank=True)
-    keys = serializers.ListField(
-        child=serializers.DictField(), required=False, help_text="Public keys: a JWKS list of JWK objects."
-    )
-    jwks_url = serializers.URLField(max_length=500, required=False, allow_blank=True)
-    roles_claim = serializers.CharField(max_length=255, required=False)
-    identity_claim = serializers.CharField(max_length=255, required=False)
-    attributes = serializers.DictField(child=serializers.CharField(), required=False)
-    challenge_s = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
-    cookie = serializers.CharField(max_length=255, required=False, allow_blank=True)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)

@@ -75,6 +75,9 @@ def _origin_error(origin: str) -> str | None:
 # An endpoint's defaults, declared once: the model fields, the data plane's spec, the services and the importers.
 DEFAULT_RETRY_MS = 2000
 DEFAULT_KEEPALIVE_S = 15
+# A guard's default claims: Zilla's (and OAuth's) `scope` for roles, `sub` for the caller's identity.
+DEFAULT_ROLES_CLAIM = "scope"
+DEFAULT_IDENTITY_CLAIM = "sub"
 
 
 class Endpoint(models.Model):
@@ -136,10 +139,12 @@ class Guard(models.Model):
     )
     roles_claim = models.CharField(
         max_length=255,
-        default="scope",
+        default=DEFAULT_ROLES_CLAIM,
         help_text="Dotted path of the roles claim; a list is used as is, a string is split on whitespace.",
     )
-    identity_claim = models.CharField(max_length=255, default="sub", help_text="The claim that names the caller.")
+    identity_claim = models.CharField(
+        max_length=255, default=DEFAULT_IDENTITY_CLAIM, help_text="The claim that names the caller."
+    )
     attributes = models.JSONField(
         default=dict,
         blank=True,

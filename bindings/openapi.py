@@ -1,7 +1,8 @@
 """What drf-spectacular cannot infer about the API, so the OpenAPI schema matches what it really does.
 
 - A route's `filters` are checked by `bindings.services` (which names the bad field), so the serializer takes
-  them as raw JSON; `RouteSerializerExtension` documents their real shape (`FilterSpec`).
+  them as raw JSON; `RouteSerializerExtension` documents their real shape (`bindings.shapes.FilterShape`, the
+  one the services check them with).
 - Every representation carries all its fields: `mark_response_fields_required` says so for response bodies.
 - `add_problem_responses` documents the problem bodies (`bindings.problems`) each operation can answer, and the
   201 of a `PUT` that creates.
@@ -15,9 +16,9 @@ from typing import Any
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
-from rest_framework import serializers
 
 from bindings.problems import PROBLEM_CONTENT_TYPE
+from bindings.shapes import FilterShape
 
 PROBLEM_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -55,39 +56,13 @@ class AutoSchema(SpectacularAutoSchema):
     """drf-spectacular's, unchanged: named in the settings so that this module (and its extension) is loaded."""
 
 
-class FilterValueSerializer(serializers.Serializer[Any]):
-    """A filter's value condition: the JSON value at `path` must equal `equals` (a string, may be templated)."""
-
-    path = serializers.CharField(help_text="Dotted path into the message's JSON value, e.g. status or item.status.")
-    equals = serializers.CharField(
-        allow_blank=True, required=False, help_text="The string the value must equal; may use ${params.name}."
-    )
-
-
-class FilterSpecSerializer(serializers.Serializer[Any]):
-    """A route filter: a message passes if its key, every header and the value condition all match."""
-
-    key = serializers.CharField(
-        allow_null=True,
-        allow_blank=True,
-        required=False,
-        help_text="Message key (may use ${params.name}); null: any key.",
-    )
-    headers = serializers.DictField(
-        child=serializers.CharField(allow_blank=True),
-        required=False,
-        help_text='Header name -> value, e.g. {"tag": "x"}.',
-    )
-    value = FilterValueSerializer(allow_null=True, required=False, help_text="A condition on the JSON value.")
-
-
 # drf-spectacular registers an extension in its (untyped) __init_subclass__.
 class RouteSerializerExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
     target_class = "bindings.api.RouteSerializer"
 
     def map_serializer(self, auto_schema: Any, direction: Any) -> Any:
         schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
-        component = auto_schema.resolve_serializer(FilterSpecSerializer, direction)
+        component = auto_schema.resolve_serializer(FilterShape, direction)
         schema["properties"]["filters"] = {
             "type": "array",
             "items": component.ref,

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 # start positions: the models define them as their choices, the data plane reads them here.
 from bindings.models import (
     ASYMMETRIC_ALGORITHMS,
+    DEFAULT_IDENTITY_CLAIM,
     DEFAULT_KEEPALIVE_S,
     DEFAULT_RETRY_MS,
+    DEFAULT_ROLES_CLAIM,
     EVENT_ID_ETAG,
     EVENT_ID_KEY_AND_ETAG,
     SLOW_CLIENT_CLOSE,
@@ -82,8 +84,8 @@ class GuardSpec:
     audience: str
     keys: str = "[]"
     jwks_url: str = ""
-    roles_claim: str = "scope"
-    identity_claim: str = "sub"
+    roles_claim: str = DEFAULT_ROLES_CLAIM
+    identity_claim: str = DEFAULT_IDENTITY_CLAIM
     attributes: tuple[tuple[str, str], ...] = ()
     challenge_s: int = 0
     cookie: str = ""

@@ -18,12 +18,15 @@ from typing import Any
 
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import transaction
+from rest_framework.serializers import Serializer
 
 from bindings import changes
 from bindings.models import (
     DEFAULT_ENDPOINT,
+    DEFAULT_IDENTITY_CLAIM,
     DEFAULT_KEEPALIVE_S,
     DEFAULT_RETRY_MS,
+    DEFAULT_ROLES_CLAIM,
     EVENT_ID_ETAG,
     SLOW_CLIENT_CLOSE,
     START_HISTORICAL,
@@ -39,6 +42,7 @@ from bindings.models import (
     routes_in_order,
 )
 from bindings.representations import endpoint_representation, guard_representation, route_representation
+from bindings.shapes import EndpointShape, FilterShape, GuardShape, RouteShape, problems
 
 
 @dataclass(frozen=True)
@@ -60,8 +64,6 @@ SHELL = Actor(name="shell", source="shell")
 Errors = dict[str, list[str]]
 
 _FILTER_FIELDS = {"key": "key", "headers": "headers", "value_path": "value.path", "value_equals": "value.equals"}
-_FILTER_KEYS = frozenset({"key", "headers", "value"})
-_VALUE_KEYS = frozenset({"path", "equals"})
 
 
 def record(kind: str, name: str, before: dict[str, Any] | None, after: dict[str, Any] | None, actor: Actor) -> None:
@@ -92,6 +94,16 @@ def object_state(kind: str, name: str) -> dict[str, Any] | None:
     return None if guard is None else guard_representation(guard)
 
 
+def _check_shape(shape: type[Serializer[Any]], values: Mapping[str, Any], errors: Errors | None = None) -> None:
+    """`values` against their shape (`bindings.shapes`): wrong types and sizes are added to `errors`, or raised
+    when there is no `errors` to collect them in."""
+    found = problems(shape(data=dict(values)))
+    if errors is None and found:
+        raise ValidationError(found)
+    for key, messages in found.items():
+        _add(errors if errors is not None else {}, key, messages)
+
+
 def _add(errors: Errors, key: str, messages: Sequence[str] | str) -> None:
     errors.setdefault(key, []).extend([messages] if isinstance(messages, str) else messages)
 
@@ -117,59 +129,31 @@ def _endpoint(name: str, errors: Errors) -> Endpoint | None:
 
 
 def _build_filter(index: int, spec: object, route: Route, errors: Errors) -> RouteFilter | None:
-    """A filter from its API form, `{"key": ..., "headers": {...}, "value": {"path": ..., "equals": ...}}`.
-
-    Shapes are checked here, the rest by the model; None (and errors added) if the filter is not valid.
-    """
+    """A filter from its API form (`FilterShape`), checked by its shape and then its model; None (and errors
+    added under `filters[<index>]`) if it is not valid."""
     prefix = f"filters[{index}]"
-    if not isinstance(spec, Mapping):
-        _add(errors, prefix, "A filter is an object with a key, headers and/or a value.")
+    shape = FilterShape(data=spec)
+    found = problems(shape, prefix)
+    if found:
+        for field, messages in found.items():
+            _add(errors, field, messages)
         return None
-    found: Errors = {}
-    unknown = sorted(str(key) for key in spec if key not in _FILTER_KEYS)
-    if unknown:
-        _add(found, prefix, f"Unknown filter field {', '.join(unknown)}: a filter has key, headers and value.")
-    key: Any = spec.get("key")
-    if key is not None and not isinstance(key, str):
-        _add(found, f"{prefix}.key", "A key is a string, or null for any key.")
-        key = None
-    value: Any = spec.get("value")
-    value_path: Any = ""
-    value_equals: Any = ""
-    if isinstance(value, Mapping):
-        unknown = sorted(str(name) for name in value if name not in _VALUE_KEYS)
-        if unknown:
-            _add(found, f"{prefix}.value", f"Unknown value field {', '.join(unknown)}: a value has path and equals.")
-        value_path, value_equals = value.get("path", ""), value.get("equals", "")
-        for name, given in (("path", value_path), ("equals", value_equals)):
-            if not isinstance(given, str):
-                _add(found, f"{prefix}.value.{name}", f"The value's {name} is a string.")
-        if not value_path:
-            _add(found, f"{prefix}.value.path", "A value filter needs the path of the value to compare.")
-    elif value is not None:
-        _add(found, f"{prefix}.value", 'A value filter is an object, e.g. {"path": "status", "equals": "open"}.')
-    headers = spec.get("headers", {})
+    value = shape.validated_data.get("value") or {}
+    headers = shape.validated_data.get("headers", {})
     route_filter = RouteFilter(
         route=route,
         position=index,
-        key=key,
+        key=shape.validated_data.get("key"),
         headers={} if headers is None else headers,
-        value_path=value_path if isinstance(value_path, str) else "",
-        value_equals=value_equals if isinstance(value_equals, str) else "",
+        value_path=value.get("path", ""),
+        value_equals=value.get("equals", ""),
     )
     try:
         route_filter.full_clean(exclude=["route"])
     except ValidationError as exc:
-        checked: Errors = {}
-        _collect(checked, exc, prefix, _FILTER_FIELDS)
-        for field, messages in checked.items():
-            # A filter whose parts had the wrong shape may look empty to the model: its shape errors say enough.
-            if field == prefix and found:
-                continue
-            _add(found, field, [message for message in messages if message not in found.get(field, [])])
-    for field, messages in found.items():
-        _add(errors, field, messages)
-    return None if found else route_filter
+        _collect(errors, exc, prefix, _FILTER_FIELDS)
+        return None
+    return route_filter
 
 
 @transaction.atomic
@@ -208,6 +192,11 @@ def do_put_route(
         _add(errors, "filters", "Filters are a list of objects.")
         filter_specs = ()
 
+    scalars = {"name": name, "topic": topic, "event_id": event_id, "start": start, "caught_up": caught_up}
+    scalars |= {"slow_client": slow_client, "endpoint": endpoint, "position": position}
+    _check_shape(RouteShape, scalars, errors)  # paths, filters and guards are checked one by one below
+    if errors:
+        raise ValidationError(errors)
     route = Route.objects.select_for_update().filter(name=name).first() or Route(name=name)
     before = route_state(name) if route.pk is not None else None
     route_guards = _build_guards(guarded, route, errors)
@@ -311,6 +300,11 @@ def do_put_endpoint(
     actor: Actor = SHELL,
 ) -> Endpoint:
     """Create or replace the endpoint called `name` (idempotent)."""
+    _check_shape(
+        EndpointShape,
+        {"name": name, "retry_ms": retry_ms, "keepalive_s": keepalive_s}
+        | {"cors_origins": cors_origins, "cors_credentials": cors_credentials},
+    )
     endpoint = Endpoint.objects.select_for_update().filter(name=name).first() or Endpoint(name=name)
     before = None if endpoint.pk is None else endpoint_representation(endpoint)
     endpoint.retry_ms, endpoint.keepalive_s = retry_ms, keepalive_s
@@ -329,14 +323,26 @@ def do_put_guard(
     audience: str,
     keys: Sequence[Mapping[str, Any]] = (),
     jwks_url: str = "",
-    roles_claim: str = "scope",
-    identity_claim: str = "sub",
+    roles_claim: str = DEFAULT_ROLES_CLAIM,
+    identity_claim: str = DEFAULT_IDENTITY_CLAIM,
     attributes: Mapping[str, str] | None = None,
     challenge_s: int = 0,
     cookie: str = "",
     actor: Actor = SHELL,
 ) -> Guard:
     """Create or replace the JWT guard called `name` (idempotent); routes using it keep using it."""
+    given: dict[str, Any] = {
+        "name": name,
+        "issuer": issuer,
+        "audience": audience,
+        "keys": keys,
+        "jwks_url": jwks_url,
+        "roles_claim": roles_claim,
+        "identity_claim": identity_claim,
+        "challenge_s": challenge_s,
+        "cookie": cookie,
+    }
+    _check_shape(GuardShape, given if attributes is None else {**given, "attributes": attributes})
     guard = Guard.objects.select_for_update().filter(name=name).first() or Guard(name=name)
     before = None if guard.pk is None else guard_representation(guard)
     guard.issuer, guard.audience, guard.jwks_url = issuer, audience, jwks_url

@@ -7,7 +7,9 @@ from typing import Any
 
 from bindings import yaml_documents
 from bindings.models import (
+    DEFAULT_IDENTITY_CLAIM,
     DEFAULT_KEEPALIVE_S,
+    DEFAULT_ROLES_CLAIM,
     EVENT_ID_ETAG,
     SLOW_CLIENT_CLOSE,
     START_HISTORICAL,
@@ -38,9 +40,9 @@ def export_zilla(name: str = "sse-platform", *, strict: bool = False) -> tuple[s
     for guard in Guard.objects.order_by("name"):
         options: dict[str, Any] = {"issuer": guard.issuer, "audience": guard.audience}
         options["keys"] = guard.jwks_url or list(guard.keys)
-        if guard.roles_claim != "scope":
+        if guard.roles_claim != DEFAULT_ROLES_CLAIM:
             options["roles"] = guard.roles_claim
-        if guard.identity_claim != "sub":
+        if guard.identity_claim != DEFAULT_IDENTITY_CLAIM:
             options["identity"] = guard.identity_claim
         if guard.attributes:
             options["attributes"] = dict(guard.attributes)

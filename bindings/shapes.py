@@ -1,0 +1,186 @@
+"""The JSON form of each configuration object, declared once: route, filter, endpoint, guard.
+
+A shape says which keys an object has and what type each value is; what the values mean (a topic Kafka accepts, a
+path pattern, a key that is public) is the model's `clean()`. `bindings.services` checks every write against
+its shape and then its model, so the API, the admin, both importers and the shell get the same answers; the API's
+serializers are these shapes (so the OpenAPI schema documents them) and leave the checking to the services.
+
+`problems(shape, data, prefix)` runs a shape and names each bad key the way the services do (`filters[0].key`,
+`cors_origins[1]`), for a `ValidationError` whose `message_dict` the API and the importers place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rest_framework import serializers
+from rest_framework.settings import api_settings
+
+from bindings.models import Route
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
+MAX_INT = 2**31 - 1  # Postgres integer
+
+Errors = dict[str, list[str]]
+
+
+class Text(serializers.CharField):
+    """A string and nothing else (DRF's CharField turns numbers into strings), kept as given."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+class ClosedShape(serializers.Serializer[Any]):
+    """An object of the declared keys only: another key is refused, naming the known ones."""
+
+    noun = "object"
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(str(key) for key in data if key not in self.fields)
+            if unknown:
+                *others, last = list(self.fields)
+                known = f"{', '.join(others)} and {last}" if others else last
+                message = f"Unknown {self.noun} field {', '.join(unknown)}: a {self.noun} has {known}."
+                raise serializers.ValidationError({api_settings.NON_FIELD_ERRORS_KEY: [message]})
+        return super().to_internal_value(data)
+
+
+class FilterValueShape(ClosedShape):
+    """A filter's value condition: the JSON value at `path` must equal `equals` (a string, may be templated)."""
+
+    noun = "value"
+    # DRF formats this message (with the type it got): braces are doubled.
+    default_error_messages: ClassVar[dict[str, StrOrPromise]] = {
+        "invalid": 'A value filter is an object, e.g. {{"path": "status", "equals": "open"}}.'
+    }
+    path = Text(
+        allow_blank=True,  # the model names an empty path with the filter's other problems
+        error_messages={
+            "invalid": "The value's path is a string.",
+            "required": "A value filter needs the path of the value to compare.",
+        },
+        help_text="Dotted path into the message's JSON value, e.g. status or item.status.",
+    )
+    equals = Text(
+        allow_blank=True,
+        required=False,
+        error_messages={"invalid": "The value's equals is a string."},
+        help_text="The string the value must equal; may use ${params.name}.",
+    )
+
+    class Meta:
+        ref_name = "FilterValue"
+
+
+class FilterShape(ClosedShape):
+    """A route filter: a message passes if its key, every header and the value condition all match."""
+
+    noun = "filter"
+    default_error_messages: ClassVar[dict[str, StrOrPromise]] = {
+        "invalid": "A filter is an object with a key, headers and/or a value."
+    }
+    key = Text(
+        allow_null=True,
+        allow_blank=True,
+        required=False,
+        error_messages={"invalid": "A key is a string, or null for any key."},
+        help_text="Message key (may use ${params.name}); null: any key.",
+    )
+    headers = serializers.JSONField(
+        required=False,
+        help_text='Header name -> value (strings), e.g. {"tag": "x"}; checked by the filter model.',
+    )
+    value = FilterValueShape(allow_null=True, required=False, help_text="A condition on the JSON value.")
+
+    class Meta:
+        ref_name = "FilterSpec"  # its name in the OpenAPI schema
+
+
+class RouteShape(serializers.Serializer[Any]):
+    """A route: its name, where it is served, what it reads and how it streams."""
+
+    name = serializers.SlugField(max_length=100, required=False)
+    position = serializers.IntegerField(min_value=0, max_value=MAX_INT, required=False)
+    endpoint = serializers.SlugField(max_length=100, required=False)
+    topic = Text(required=False)
+    paths = serializers.ListField(child=Text(), required=False)
+    path = Text(write_only=True, required=False)
+    filters = serializers.ListField(
+        child=serializers.JSONField(), required=False, help_text="Each a filter (FilterShape), checked one by one."
+    )
+    event_id = serializers.ChoiceField(choices=Route.EventId.choices, required=False)
+    start = serializers.ChoiceField(choices=Route.Start.choices, required=False)
+    caught_up = serializers.BooleanField(required=False)
+    slow_client = serializers.ChoiceField(choices=Route.SlowClient.choices, required=False)
+    guarded = serializers.DictField(
+        child=serializers.ListField(child=Text()),
+        required=False,
+        help_text="Guard name -> the roles a token must all have; every guard must authorise.",
+    )
+
+
+class EndpointShape(serializers.Serializer[Any]):
+    """An endpoint: what every stream served under it is told (retry, keep-alive) and which origins may read."""
+
+    name = serializers.SlugField(max_length=100, required=False)
+    retry_ms = serializers.IntegerField(min_value=0, max_value=MAX_INT, required=False)
+    keepalive_s = serializers.IntegerField(min_value=0, max_value=MAX_INT, required=False)
+    cors_origins = serializers.ListField(child=Text(max_length=255), required=False)
+    cors_credentials = serializers.BooleanField(required=False)
+
+
+class GuardShape(serializers.Serializer[Any]):
+    """A JWT guard: whose tokens it accepts, with which keys, and which claims carry roles and identity."""
+
+    name = serializers.SlugField(max_length=100, required=False)
+    issuer = Text(max_length=255, required=False, allow_blank=True)
+    audience = Text(max_length=255, required=False, allow_blank=True)
+    keys = serializers.ListField(
+        child=serializers.DictField(), required=False, help_text="Public keys: a JWKS list of JWK objects."
+    )
+    jwks_url = serializers.URLField(max_length=500, required=False, allow_blank=True)
+    roles_claim = Text(max_length=255, required=False)
+    identity_claim = Text(max_length=255, required=False)
+    attributes = serializers.DictField(child=Text(), required=False)
+    challenge_s = serializers.IntegerField(min_value=0, max_value=MAX_INT, required=False)
+    cookie = Text(max_length=255, required=False, allow_blank=True)
+
+
+def problems(shape: serializers.Serializer[Any], prefix: str = "") -> Errors:
+    """What is wrong with the data `shape` was given, keyed as the services key errors (`filters[0].value.path`);
+    empty if it fits."""
+    if shape.is_valid():
+        return {}
+    found: Errors = {}
+    _flatten(shape.errors, prefix, found)
+    return found
+
+
+def _flatten(detail: Any, where: str, found: Errors) -> None:
+    if isinstance(detail, Mapping):
+        for key, inner in detail.items():
+            if key == api_settings.NON_FIELD_ERRORS_KEY:
+                _flatten(inner, where, found)
+            elif isinstance(key, int):
+                _flatten(inner, f"{where}[{key}]", found)
+            else:
+                _flatten(inner, f"{where}.{key}" if where else str(key), found)
+    elif isinstance(detail, list) and any(isinstance(item, Mapping | list) for item in detail):
+        for index, inner in enumerate(detail):  # a list of nested errors: one per item, empty where it fits
+            if inner:
+                _flatten(inner, f"{where}[{index}]", found)
+    elif isinstance(detail, list):
+        found.setdefault(where, []).extend(str(message) for message in detail)
+    else:
+        found.setdefault(where, []).append(str(detail))
