@@ -20,9 +20,10 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-def _embedded() -> dict[str, str]:
+def read_env_file(path: Path = SERVICES_ENV) -> dict[str, str]:
+    """The ``KEY=value`` lines of an env file (``var/services.env`` by default); empty if there is none."""
     try:
-        lines = SERVICES_ENV.read_text().splitlines()
+        lines = path.read_text().splitlines()
     except FileNotFoundError:
         return {}
     pairs = (line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
@@ -32,7 +33,7 @@ def _embedded() -> dict[str, str]:
 def _raw(name: str) -> str | None:
     value = os.environ.get(name)
     if value is None:
-        value = _embedded().get(name)
+        value = read_env_file().get(name)
     return value
 
 

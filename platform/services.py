@@ -34,7 +34,8 @@ from embedded_kafka import Kafka
 from embedded_postgres import Postgres
 from embedded_redis import Redis
 
-ENV_FILE = VAR / "services.env"
+from config.env import SERVICES_ENV, read_env_file
+
 LOCK_FILE = VAR / ".services.lock"
 
 SERVICES: dict[str, Service] = {svc.name: svc for svc in (Postgres(), Redis(), Kafka())}
@@ -45,24 +46,14 @@ SERVICES: dict[str, Service] = {svc.name: svc for svc in (Postgres(), Redis(), K
 # --------------------------------------------------------------------------
 
 
-def read_env_file() -> dict[str, str]:
-    """The ``KEY=value`` entries of var/services.env."""
-    try:
-        lines = ENV_FILE.read_text().splitlines()
-    except OSError:
-        return {}
-    pairs = (line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
-    return {key.strip(): value.strip() for key, value in pairs}
-
-
 def write_env_file(entries: dict[str, str]) -> None:
     """Rewrite var/services.env (removed when there is nothing to list)."""
     if not entries:
-        ENV_FILE.unlink(missing_ok=True)
+        SERVICES_ENV.unlink(missing_ok=True)
         return
     order = [svc.env_key for svc in SERVICES.values()]
     keys = sorted(entries, key=lambda k: order.index(k) if k in order else len(order))
-    write_text(ENV_FILE, "".join(f"{key}={entries[key]}\n" for key in keys))
+    write_text(SERVICES_ENV, "".join(f"{key}={entries[key]}\n" for key in keys))
 
 
 @contextlib.contextmanager
@@ -91,6 +82,7 @@ def ensure(svc: Service) -> tuple[int, bool]:
 
 def cmd_up(selected: list[Service], out: IO[str]) -> None:
     """Start or reuse the selected services and print the shell lines to eval."""
+    # Only what the environment itself says: var/services.env is ours to rewrite, not a setting.
     embedded = [svc for svc in selected if not os.environ.get(svc.env_key)]
     for svc in selected:
         if svc not in embedded:

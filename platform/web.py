@@ -110,7 +110,7 @@ class Supervisor:
 
     def spawn(self, slot: int) -> None:
         fd = self.sock.fileno()
-        module = os.environ.get("WEB_SERVER_MODULE", "").strip() or DEFAULT_SERVER_MODULE
+        module = envstr("WEB_SERVER_MODULE", DEFAULT_SERVER_MODULE).strip() or DEFAULT_SERVER_MODULE
         argv = [sys.executable, "-m", module, "--fd", str(fd), *self.argv_tail, APPLICATION]
         # preexec_fn is safe here: this process has a single thread.
         worker = subprocess.Popen(
@@ -193,7 +193,7 @@ def main() -> int:
     except ImproperlyConfigured as exc:
         sys.exit(f"web: {exc}")
     try:
-        extra = shlex.split(os.environ.get("WEB_DAPHNE_ARGS", ""))
+        extra = shlex.split(envstr("WEB_DAPHNE_ARGS", ""))
     except ValueError as exc:
         sys.exit(f"web: WEB_DAPHNE_ARGS cannot be split: {exc}")
     sock = listen(host, port, backlog)
