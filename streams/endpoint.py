@@ -13,6 +13,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +22,8 @@ from bindings.patterns import TOPIC_NAME
 from bindings.selectors import EVENT_ID_KEY_AND_ETAG, SLOW_CLIENT_CONFLATE, RouteSpec
 from streams import sse
 from streams.asgi import ASGIApp, Receive, Scope, Send, header, until_disconnect
+from streams.delivery_log import DeliveryLog, SessionRecord, user_agent_family
+from streams.delivery_schema import End, Start
 from streams.event_id import parse_id
 from streams.filters import compile_filters
 from streams.guards import Refusal, Session, authorise
@@ -92,15 +95,27 @@ class Stream:
         self.scope, self.receive, self.send = scope, receive, send
         self.runtime = runtime
         self.cors: tuple[tuple[bytes, bytes], ...] = ()
-        self.stop: asyncio.Future[str] | None = None
+        self.stop: asyncio.Future[End] | None = None
         self.path = ""
         self.route: RouteSpec | None = None
         self.sessions: dict[str, Session] = {}  # by guard: the tokens that authorised this stream
         self.pump: Pump | None = None
         self.lease: Lease | None = None  # the expiry and challenge timers of a guarded stream
 
-    async def problem(self, status: int, title: str, detail: str, **extra: Any) -> None:
-        await problem(self.send, status, title, detail, headers=self.cors, **extra)
+    async def problem(
+        self,
+        status: int,
+        title: str,
+        detail: str,
+        *,
+        reason: str,
+        headers: tuple[tuple[bytes, bytes], ...] = (),
+        **extra: Any,
+    ) -> None:
+        """A problem response, counted in the delivery log as a refusal for `reason`."""
+        route = self.route.name if self.route is not None else ""
+        self.runtime.delivery_log.refused(route, status, reason)
+        await problem(self.send, status, title, detail, headers=(*headers, *self.cors), **extra)
 
     async def run(self) -> None:
         method = self.scope["method"]
@@ -114,95 +129,87 @@ class Stream:
             await challenge_response(self.scope, self.receive, self.send, path, self.runtime)
             return
         if method not in {"GET", "HEAD"}:
-            await problem(
-                self.send, 405, "Method not allowed", f"{method} is not allowed on a stream; use GET.",
-                headers=((b"allow", STREAM_METHODS.encode()),),
+            await self.problem(
+                405, "Method not allowed", f"{method} is not allowed on a stream; use GET.",
+                reason="method", headers=((b"allow", STREAM_METHODS.encode()),),
             )  # fmt: skip
             return
         first = await self.receive()
         if first["type"] == "http.disconnect":
             return
         if first.get("body") or first.get("more_body"):
-            await problem(self.send, 400, "Bad request", "A stream request has no body.")
+            await self.problem(400, "Bad request", "A stream request has no body.", reason="body")
             return
         resume = last_event_id(self.scope)
         if resume is not None and len(resume) > MAX_LAST_EVENT_ID_BYTES:
-            await problem(
-                self.send, 400, "Bad request", f"Last-Event-ID is longer than {MAX_LAST_EVENT_ID_BYTES} bytes."
-            )
+            detail = f"Last-Event-ID is longer than {MAX_LAST_EVENT_ID_BYTES} bytes."
+            await self.problem(400, "Bad request", detail, reason="last_event_id")
             return
         candidates = await self.runtime.routes.candidates(path)
         if not candidates:
-            await problem(self.send, 404, "No route", f"No route matches {path}.")
+            await self.problem(404, "No route", f"No route matches {path}.", reason="no_route")
             return
         self.cors = cors_headers(candidates[0].route.endpoint, header(self.scope, b"origin"))
         authorised = await authorise(candidates, self.scope)
         if isinstance(authorised, Refusal):
+            self.runtime.delivery_log.refused(candidates[0].route.name, authorised.status, authorised.reason)
             await refuse(self.send, authorised, self.cors)
             return
         matched = authorised.match
+        self.route = matched.route
         self.cors = cors_headers(matched.route.endpoint, header(self.scope, b"origin"))
         self.sessions = dict(authorised.sessions)
         try:
             since_ms = since_param(self.scope)
         except ValueError as exc:
-            await self.problem(400, "Bad request", str(exc))
+            await self.problem(400, "Bad request", str(exc), reason="since")
             return
         await self.serve(matched, resume, since_ms, head_only=method == "HEAD")
 
     async def serve(self, matched: Match, resume: bytes | None, since_ms: int | None, *, head_only: bool) -> None:
         route = matched.route
         if not TOPIC_NAME.fullmatch(matched.topic):
-            await self.problem(
-                404, "Unknown topic", f"{matched.topic!r} is not a Kafka topic name.", topic=matched.topic
-            )
+            detail = f"{matched.topic!r} is not a Kafka topic name."
+            await self.problem(404, "Unknown topic", detail, reason="unknown_topic", topic=matched.topic)
             return
         hub = self.runtime.hub()
+        delivery = self.runtime.delivery_log
         try:
             state = await hub.topic(matched.topic)
-            subscription, starts, preamble = await open_subscription(
-                hub, state, matched, resume, since_ms, stats=self.runtime.stats
+            opened = await open_subscription(
+                hub, state, matched, resume, since_ms, stats=self.runtime.stats, log_batches=delivery.enabled
             )
         except TopicNotFoundError as exc:
-            await self.problem(404, "Unknown topic", str(exc), topic=exc.topic)
+            await self.problem(404, "Unknown topic", str(exc), reason="unknown_topic", topic=exc.topic)
             return
         except KafkaUnavailableError as exc:
             log.warning("kafka unavailable for %s: %s", matched.topic, exc)
-            await problem(
-                self.send, 503, "Kafka unavailable", "The message broker cannot be reached; retry later.",
-                headers=((b"retry-after", b"5"), *self.cors),
+            await self.problem(
+                503, "Kafka unavailable", "The message broker cannot be reached; retry later.",
+                reason="kafka_unavailable", headers=((b"retry-after", b"5"),),
             )  # fmt: skip
             return
         await self.send({"type": "http.response.start", "status": 200, "headers": [*STREAM_HEADERS, *self.cors]})
         if head_only:
             await self.send({"type": "http.response.body", "body": b""})
             return
-        opening = sse.retry(route.endpoint.retry_ms) + preamble
+        opening = sse.retry(route.endpoint.retry_ms) + opened.preamble
         await self.send({"type": "http.response.body", "body": opening, "more_body": True})
         flow = self.scope.get("extensions", {}).get(FLOW_EXTENSION)
         conflate = route.slow_client == SLOW_CLIENT_CONFLATE
         pump = Pump(
-            hub, state, subscription, starts,
-            send=self.send, flow=flow, conflate=conflate, label=route.name, stats=self.runtime.stats,
+            hub, state, opened.subscription, opened.starts, send=self.send, flow=flow, conflate=conflate,
+            label=route.name, stats=self.runtime.stats, log=delivery,
         )  # fmt: skip
         self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump
-        self.runtime.stats.open_streams += 1
+        registration = Registration(self, session_record(delivery, self.scope, matched, self.path, opened=opened))
+        end = End.SERVER_STOPPING  # unless the race below ends otherwise
         try:
-            self.runtime.open_streams.add(self, route, self.path, lambda: self.end("route changed"))
-            if self.runtime.routes.changed_since(route, self.path):  # changed while this stream was set up
-                self.end("route changed")
-            if self.sessions:
-                self.runtime.sessions.add(self)
-                self.lease = Lease(route, self.sessions, challenge=self.challenge, end=self.end)
-                self.lease.schedule()
-            await self.race(pump.run(route.endpoint.keepalive_s), matched.topic, self.stop)
+            registration.open()
+            end = await race(pump.run(route.endpoint.keepalive_s), self.receive, self.send, self.stop, matched.topic)
         finally:
-            self.runtime.stats.open_streams -= 1
-            self.runtime.open_streams.remove(self, route)
-            self.runtime.sessions.remove(self)
-            if self.lease is not None:
-                self.lease.cancel()
+            registration.close(end)
             await pump.close()
 
     def reauthorised(self) -> None:
@@ -215,7 +222,7 @@ class Stream:
         if self.pump is not None:
             self.pump.inject(CHALLENGE_EVENT)
 
-    def end(self, reason: str) -> None:
+    def end(self, reason: End) -> None:
         """End the stream from outside (its route changed, its token expired); the client reconnects."""
         if self.stop is not None and not self.stop.done():
             log.debug("ending a stream: %s", reason)
@@ -223,19 +230,83 @@ class Stream:
             if self.pump is not None:
                 self.pump.stop()
 
-    async def race(self, pump: Coroutine[Any, Any, None], topic: str, stop: asyncio.Future[str]) -> None:
-        """The stream, the client's disconnect and `stop` race; whichever ends first cancels the others."""
-        pumping = await until_disconnect(pump, self.receive, stop, name=f"sse-pump:{topic}")
-        failed = pumping.done() and not pumping.cancelled() and pumping.exception() is not None
-        if failed:
-            log.error("stream on %s failed", topic, exc_info=pumping.exception())
-        if failed or (stop.done() and not stop.cancelled()):
-            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+async def race(
+    pump: Coroutine[Any, Any, None], receive: Receive, send: Send, stop: asyncio.Future[End], topic: str
+) -> End:
+    """A stream's pump, its client's disconnect and `stop` race; whichever ends first cancels the others. Returns
+    how the stream ended."""
+    pumping = await until_disconnect(pump, receive, stop, name=f"sse-pump:{topic}")
+    failed = pumping.done() and not pumping.cancelled() and pumping.exception() is not None
+    stopped = stop.done() and not stop.cancelled()
+    if failed:
+        log.error("stream on %s failed", topic, exc_info=pumping.exception())
+    if failed or stopped:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    if failed:
+        return End.FAILED
+    if stopped:
+        return stop.result()
+    # The pump returns by itself only when it closed a slow client.
+    return End.SLOW_CLIENT if pumping.done() and not pumping.cancelled() else End.CLIENT_GONE
+
+
+class Registration:
+    """A stream's entries in its process while it streams: the open-streams count and list (it is ended when
+    its route changes), the guarded sessions (renewed by challenge responses) and their lease, and its session in
+    the delivery log, from its opening row to its closing row with the totals."""
+
+    def __init__(self, stream: Stream, session: SessionRecord) -> None:
+        assert stream.route is not None  # noqa: S101  (registered once it serves)
+        self.stream, self.route, self.session = stream, stream.route, session
+        self.runtime = stream.runtime
+
+    def open(self) -> None:
+        stream, runtime, route = self.stream, self.runtime, self.route
+        runtime.delivery_log.opened(self.session)
+        runtime.stats.open_streams += 1
+        runtime.open_streams.add(stream, route, stream.path, lambda: stream.end(End.ROUTE_CHANGED))
+        if runtime.routes.changed_since(route, stream.path):  # changed while this stream was set up
+            stream.end(End.ROUTE_CHANGED)
+        if stream.sessions:
+            runtime.sessions.add(stream)
+            stream.lease = Lease(route, stream.sessions, challenge=stream.challenge, end=stream.end)
+            stream.lease.schedule()
+
+    def close(self, end: End) -> None:
+        stream, runtime, session = self.stream, self.runtime, self.session
+        runtime.stats.open_streams -= 1
+        runtime.open_streams.remove(stream, self.route)
+        runtime.sessions.remove(stream)
+        if stream.lease is not None:
+            stream.lease.cancel()
+        if stream.pump is not None:
+            pump = stream.pump
+            session.events, session.bytes, session.replayed = pump.subscription.delivered, pump.written, pump.replayed
+        runtime.delivery_log.closed(session, end)
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A stream's subscription, where each partition starts, what it sends first, and how it started."""
+
+    subscription: Subscription
+    starts: dict[int, int]
+    preamble: bytes
+    start: Start
+    resets: int
 
 
 async def open_subscription(
-    hub: Hub, state: TopicState, matched: Match, resume: bytes | None, since_ms: int | None, *, stats: StreamStats
-) -> tuple[Subscription, dict[int, int], bytes]:
+    hub: Hub,
+    state: TopicState,
+    matched: Match,
+    resume: bytes | None,
+    since_ms: int | None,
+    *,
+    stats: StreamStats,
+    log_batches: bool = False,
+) -> Opened:
     """Where each partition starts, and the subscription that turns its records into events."""
     route: RouteSpec = matched.route
     resumed = parse_id(resume.decode("utf-8", errors="replace")) if resume else None
@@ -249,5 +320,31 @@ async def open_subscription(
         compacted=state.info.compacted,
         caught_up=route.caught_up,
     )
-    subscription = Subscription(positions.plan.progress, ends=positions.ends, starts=positions.starts, options=options)
-    return subscription, positions.starts, subscription.preamble(positions.plan.resets)
+    subscription = Subscription(
+        positions.plan.progress, ends=positions.ends, starts=positions.starts, options=options, log_batches=log_batches
+    )
+    resets = positions.plan.resets
+    if resumed is not None:
+        start = Start.RESUMED
+    elif resume:
+        start = Start.MALFORMED
+    else:
+        start = Start.SINCE if since_ms is not None else Start.FRESH
+    return Opened(subscription, positions.starts, subscription.preamble(resets), start, len(resets))
+
+
+def session_record(delivery: DeliveryLog, scope: Scope, matched: Match, path: str, *, opened: Opened) -> SessionRecord:
+    """The delivery log's record of a stream: identities and addresses only as keyed hashes."""
+    identity = next((found["identity"] for found in matched.guarded.values() if found.get("identity")), None)
+    client = scope.get("client") or ("", 0)
+    return SessionRecord(
+        route=matched.route.name,
+        endpoint=matched.route.endpoint.name,
+        topic=matched.topic,
+        path=path,
+        identity=None if identity is None else delivery.keyed_hash(identity),
+        client=delivery.keyed_hash(str(client[0])),
+        user_agent=user_agent_family((header(scope, b"user-agent") or b"").decode("latin-1")),
+        start=opened.start,
+        resets=opened.resets,
+    )

@@ -241,6 +241,11 @@ class Refusal:
     detail: str
     token_given: bool
 
+    @property
+    def reason(self) -> str:
+        """The refusal's reason, as the delivery log counts it."""
+        return {401: "unauthorized", 403: "forbidden"}.get(self.status, "keys_unavailable")
+
 
 @dataclass(frozen=True)
 class Authorised:

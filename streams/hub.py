@@ -44,6 +44,9 @@ class Subscriber(Watched, Protocol):
     def adopt(self, leader: Any, data: bytes) -> None:
         """Write what `leader` (same share key) just wrote and take its position."""
 
+    def account(self, clients: int) -> None:
+        """Count what the last write delivered, to `clients` clients (a group's leader counts for the group)."""
+
 
 @dataclass
 class TopicState:
@@ -240,16 +243,19 @@ class FanOut:
             key = subscriber.share_key()
             if key is None:
                 subscriber.notify()
+                subscriber.account(1)
             else:
                 groups.setdefault(key, []).append(subscriber)
         for leader, *followers in groups.values():
             data = leader.notify()
-            if data is None:
+            if data is None:  # the leader's task writes (and counts) for it: the others go their own way
                 for follower in followers:
                     follower.notify()
+                    follower.account(1)
                 continue
             for follower in followers:
                 follower.adopt(leader, data)
+            leader.account(1 + len(followers))
 
 
 _hubs: dict[asyncio.AbstractEventLoop, Hub] = {}

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from bindings.selectors import RouteSpec
+from streams.delivery_schema import End
 from streams.guards import Session
 
 
@@ -22,7 +23,7 @@ class Lease:
         sessions: dict[str, Session],
         *,
         challenge: Callable[[], None],
-        end: Callable[[str], None],
+        end: Callable[[End], None],
     ) -> None:
         """`sessions`: by guard, the tokens that authorised the stream (the stream's own dict, renewed in place)."""
         self.route = route
@@ -74,6 +75,6 @@ class Lease:
     def expire(self) -> None:
         expires_at = self.expires_at
         if expires_at is not None and time.time() >= expires_at - 0.001:
-            self._end("token expired")
+            self._end(End.TOKEN_EXPIRED)
         else:  # renewed meanwhile
             self.schedule()

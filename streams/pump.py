@@ -15,6 +15,7 @@ from django.conf import settings
 
 from streams import sse
 from streams.asgi import Send
+from streams.delivery_log import DeliveryLog
 from streams.hub import Hub, TopicState
 from streams.reader import StreamReader
 from streams.server import Flow
@@ -83,7 +84,86 @@ class SlowClientPolicy:
         return Drained.BEHIND if behind else Drained.WRITABLE
 
 
-class Pump:
+class SharedWrites:
+    """The hub's side of a pump (its `Subscriber` hooks): while the pump is parked and its connection has room,
+    the fan-out writes to it here and now, one encoding shared by every pump in the same position, and counts
+    what a write delivered once for the whole group. Pump below holds the state these read."""
+
+    flow: Flow | None
+    phase: Phase
+    injected: bytes
+    label: str
+    subscription: Subscription
+    reader: StreamReader
+    waiter: asyncio.Event
+    loop: asyncio.AbstractEventLoop
+    last_write: float
+    written: int
+    log: DeliveryLog | None
+    shared_delivered: int  # what the last direct write delivered and shared with the group
+    shared_pending: bool
+    behind: bool  # conflating: the connection was full, so the next read conflates what is pending
+
+    @property
+    def cursors(self) -> dict[int, int]:
+        return self.reader.cursors
+
+    def _direct(self) -> Flow | None:
+        """The connection, when the hub may write to it here and now: the pump is parked, the connection has
+        room, and no event of the stream's own waits to go first."""
+        flow = self.flow
+        if self.phase is not Phase.PARKED or flow is None or flow.paused or flow.closed or self.injected:
+            return None
+        return flow
+
+    def share_key(self) -> Hashable | None:
+        """Pumps with equal keys write the same bytes for the next batch (None: this one cannot share now)."""
+        if self._direct() is None or not self.subscription.settled:
+            return None
+        progress = tuple(self.subscription.progress.items())
+        return (self.label, self.subscription.options, tuple(self.cursors.items()), progress)
+
+    def notify(self) -> bytes | None:
+        """The hub's fan-out: while the task is parked and the connection has room, write here and now (no task
+        switch per client per batch); anything else is the task's to do. Returns what it wrote."""
+        flow = self._direct()
+        if flow is None:
+            self.waiter.set()
+            return None
+        before = self.subscription.delivered
+        data = self._read_cache()
+        if data:
+            flow.write(data)
+            self.last_write = self.loop.time()
+            self.written += len(data)
+        self.shared_pending = self.reader.pending()
+        if self.shared_pending or flow.paused:
+            self.waiter.set()
+        self.shared_delivered = self.subscription.delivered - before
+        return data
+
+    def adopt(self, leader: Pump, data: bytes) -> None:
+        """Write what `leader`, whose share key equals this one's, just wrote, and take its position."""
+        assert self.flow is not None  # noqa: S101  (share_key is None without a flow)
+        self.reader.take_position(leader.reader, leader.shared_delivered)
+        if data:
+            self.flow.write(data)
+            self.last_write = leader.last_write
+            self.written += len(data)
+        if leader.shared_pending or self.flow.paused:
+            self.waiter.set()
+
+    def account(self, clients: int) -> None:
+        """Log the events of the last write, which went to `clients` clients (a fan-out group writes once)."""
+        if self.log is not None:
+            self.log.delivered(self.label, self.reader.topic, self.subscription.take_batch(), clients)
+
+    def _read_cache(self) -> bytes:
+        conflate, self.behind = self.behind, False
+        return self.reader.read_cache(conflate=conflate)
+
+
+class Pump(SharedWrites):
     """Moves one stream's records to its client: everything ready goes out in one write. A full connection is
     not written to; its slow-client policy decides what happens while it is full."""
 
@@ -99,27 +179,25 @@ class Pump:
         conflate: bool = False,
         label: str = "",
         stats: StreamStats | None = None,
+        log: DeliveryLog | None = None,
     ) -> None:
         self.hub, self.subscription = hub, subscription
         self.reader = StreamReader(hub.cache, hub.kafka, state, subscription, starts)
-        self.label = label  # the route, for logs
+        self.label = label  # the route, for logs and the delivery log
+        self.log = log if log is not None and log.enabled else None
+        self.written = self.replayed = 0  # bytes written; events read from before the cache window
         self.send, self.flow = send, flow
         self.policy = SlowClientPolicy(conflate=conflate, stats=stats or StreamStats())
         self.behind = False  # conflating: the connection was full, so the next read conflates what is pending
         self.phase = Phase.WORKING
         self.waiter = asyncio.Event()
         self.loop = asyncio.get_running_loop()
-        self.shared_delivered = 0  # what the last direct write delivered and shared with the group
-        self.shared_pending = False
+        self.shared_delivered, self.shared_pending = 0, False
         self.keepalive_due = False  # the keep-alive timer asks the task to send one with its next write
         self.last_write = self.loop.time()
         self.keepalive: KeepAlive | None = None
         self.injected = b""
         self.state = self.reader.state = hub.attach(state, starts, self)
-
-    @property
-    def cursors(self) -> dict[int, int]:
-        return self.reader.cursors
 
     def inject(self, data: bytes) -> None:
         """Send `data` (an event of the stream's own, such as a challenge) with the next write."""
@@ -150,48 +228,7 @@ class Pump:
         else:
             await self.send({"type": "http.response.body", "body": data, "more_body": True})
         self.last_write = self.loop.time()
-
-    def _direct(self) -> Flow | None:
-        """The connection, when the hub may write to it here and now: the pump is parked, the connection has
-        room, and no event of the stream's own waits to go first."""
-        flow = self.flow
-        if self.phase is not Phase.PARKED or flow is None or flow.paused or flow.closed or self.injected:
-            return None
-        return flow
-
-    def share_key(self) -> Hashable | None:
-        """Pumps with equal keys write the same bytes for the next batch (None: this one cannot share now)."""
-        if self._direct() is None or not self.subscription.settled:
-            return None
-        return (self.subscription.options, tuple(self.cursors.items()), tuple(self.subscription.progress.items()))
-
-    def notify(self) -> bytes | None:
-        """The hub's fan-out: while the task is parked and the connection has room, write here and now (no task
-        switch per client per batch); anything else is the task's to do. Returns what it wrote."""
-        flow = self._direct()
-        if flow is None:
-            self.waiter.set()
-            return None
-        before = self.subscription.delivered
-        data = self._read_cache()
-        if data:
-            flow.write(data)
-            self.last_write = self.loop.time()
-        self.shared_pending = self.reader.pending()
-        if self.shared_pending or flow.paused:
-            self.waiter.set()
-        self.shared_delivered = self.subscription.delivered - before
-        return data
-
-    def adopt(self, leader: Pump, data: bytes) -> None:
-        """Write what `leader`, whose share key equals this one's, just wrote, and take its position."""
-        assert self.flow is not None  # noqa: S101  (share_key is None without a flow)
-        self.reader.take_position(leader.reader, leader.shared_delivered)
-        if data:
-            self.flow.write(data)
-            self.last_write = leader.last_write
-        if leader.shared_pending or self.flow.paused:
-            self.waiter.set()
+        self.written += len(data)
 
     async def run(self, keepalive: int) -> None:
         if keepalive:
@@ -204,7 +241,9 @@ class Pump:
                     return
                 self.behind = drained is Drained.BEHIND
             # A conflating client that fell behind skips the history, to the window.
+            before = self.subscription.delivered
             history = b"" if self.behind else await self.reader.read_history()
+            self.replayed += self.subscription.delivered - before
             data = history + self._read_cache()
             if self.injected:
                 data, self.injected = self.injected + data, b""
@@ -213,6 +252,7 @@ class Pump:
             self.keepalive_due = False
             if data:
                 await self.write(data)
+                self.account(1)
             if self.reader.busy() or (self.flow and self.flow.paused):
                 await asyncio.sleep(0)
                 continue
@@ -228,10 +268,6 @@ class Pump:
         finally:
             if self.phase is Phase.PARKED:
                 self.phase = Phase.WORKING
-
-    def _read_cache(self) -> bytes:
-        conflate, self.behind = self.behind, False
-        return self.reader.read_cache(conflate=conflate)
 
 
 class KeepAlive:
@@ -253,6 +289,7 @@ class KeepAlive:
             if pump.phase is Phase.PARKED and pump.flow is not None and not pump.flow.paused:
                 pump.flow.write(sse.KEEPALIVE)
                 pump.last_write = loop.time()
+                pump.written += len(sse.KEEPALIVE)
             else:
                 pump.keepalive_due = True
                 pump.waiter.set()

@@ -4,6 +4,7 @@
 - `open_streams`: the open streams by route, closed when their route changes;
 - `sessions`: the guarded streams, renewed by challenge responses from any process (streams/sessions.py);
 - `stats`: the counters the health endpoint reports;
+- `delivery_log`: what the streams delivered and refused, as Parquet for the analytics (streams/delivery_log.py);
 - `hub()`: the hub of the running event loop: fetcher, cache and fan-out (streams/hub.py), started on first use.
 
 A server process has one, `runtime`; tests may make their own.
@@ -11,9 +12,13 @@ A server process has one, `runtime`; tests may make their own.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
+
+from streams.delivery_log import DeliveryLog
 from streams.hub import Hub, current_hub, get_hub
 from streams.kafka import ReaderStats
 from streams.routes import OpenStreams, RouteTable
@@ -24,11 +29,22 @@ from streams.stats import StreamStats
 IDLE_COUNTERS = ("kafka_consumers", "fetch_streams", "subscriptions", "stalled_streams", "stalls_noticed")
 
 
+def delivery_log_from_settings() -> DeliveryLog:
+    salt = settings.DELIVERY_LOG_SALT or hashlib.sha256(f"delivery-log:{settings.SECRET_KEY}".encode()).hexdigest()
+    return DeliveryLog(
+        settings.DELIVERY_LOG_DIR if settings.DELIVERY_LOG_ENABLED else None,
+        salt=salt.encode(),
+        flush_s=settings.DELIVERY_LOG_FLUSH_S,
+        max_rows=settings.DELIVERY_LOG_MAX_ROWS,
+    )
+
+
 @dataclass
 class Runtime:
     open_streams: OpenStreams = field(default_factory=OpenStreams)
     sessions: Sessions = field(default_factory=Sessions)
     stats: StreamStats = field(default_factory=StreamStats)
+    delivery_log: DeliveryLog = field(default_factory=delivery_log_from_settings)
     routes: RouteTable = field(init=False)
 
     def __post_init__(self) -> None:
@@ -52,6 +68,7 @@ class Runtime:
             "closed_on_change": self.open_streams.closed,
             "renewed_by_challenge": self.sessions.renewed,
             **counts,
+            **self.delivery_log.stats(),
         }
 
 

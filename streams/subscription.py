@@ -37,8 +37,10 @@ class Subscription:
         ends: Mapping[int, int],
         starts: Mapping[int, int],
         options: SubscriptionOptions,
+        log_batches: bool = False,
     ) -> None:
-        """`ends`: each partition's end as of subscribe time; `starts`: the first offset to be read."""
+        """`ends`: each partition's end as of subscribe time; `starts`: the first offset to be read.
+        `log_batches`: keep each delivered record and its size until `take_batch()`, for the delivery log."""
         self.progress = dict(progress)
         # Each partition's encoded entry, kept so that an id re-encodes only the partition that moved.
         self._parts = {p: encode_pair(p, o) for p, o in self.progress.items()}
@@ -52,6 +54,7 @@ class Subscription:
         )
         self._caught_up_sent = not options.caught_up
         self.delivered = 0
+        self.batch: list[tuple[Record, int]] | None = [] if log_batches else None
 
     @property
     def settled(self) -> bool:
@@ -65,6 +68,14 @@ class Subscription:
         self._parts = dict(leader._parts)
         self._text = leader._text
         self.delivered += delivered
+
+    def take_batch(self) -> list[tuple[Record, int]]:
+        """The records delivered since the last call, each with the bytes its event took; empty if not kept."""
+        batch = self.batch
+        if not batch:
+            return []
+        self.batch = []
+        return batch
 
     def event_id(self, record: Record | None) -> bytes:
         etag = None if record is None else record.header("etag")
@@ -120,8 +131,11 @@ class Subscription:
         self._parts[record.partition] = encode_pair(record.partition, record.offset + 1)
         self._text = None
         if matches_any(self.options.filters, record):
-            out.append(b"id:" + self.event_id(record) + b"\n" + record.body)
+            event = b"id:" + self.event_id(record) + b"\n" + record.body
+            out.append(event)
             self.delivered += 1
+            if self.batch is not None:
+                self.batch.append((record, len(event)))
 
     def _caught_up_if_due(self) -> bytes:
         if self._caught_up_sent or len(self._reached) < len(self._ends):

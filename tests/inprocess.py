@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 
 from bindings.selectors import START_HISTORICAL
+from streams.delivery_log import DeliveryLog
 from streams.event_id import parse_id
 from streams.filters import CompiledFilter
 from streams.hub import Hub
@@ -114,18 +115,21 @@ async def open_stream(
     filters: tuple[CompiledFilter, ...] = (),
     keepalive: int = 0,
     conflate: bool = False,
+    log: DeliveryLog | None = None,
 ) -> OpenStream:
     """Open a stream the way the endpoint does, on a fake connection."""
     state = await hub.topic(topic)
     resumed = parse_id(last_event_id) if last_event_id else None
     positions = await hub.positions(state, resumed=resumed, start=start, since_ms=None)
     options = SubscriptionOptions(filters=filters, compacted=state.info.compacted)
-    subscription = Subscription(positions.plan.progress, ends=positions.ends, starts=positions.starts, options=options)
+    subscription = Subscription(
+        positions.plan.progress, ends=positions.ends, starts=positions.starts, options=options, log_batches=bool(log)
+    )
     flow = FakeFlow()
     flow.write(subscription.preamble(positions.plan.resets))
     pump = Pump(
         hub, state, subscription, positions.starts,
-        send=_no_send, flow=flow, conflate=conflate, label=f"test:{topic}",  # type: ignore[arg-type]
+        send=_no_send, flow=flow, conflate=conflate, label=f"test:{topic}", log=log,  # type: ignore[arg-type]
     )  # fmt: skip
     task = asyncio.get_running_loop().create_task(pump.run(keepalive))
     return OpenStream(pump, flow, task)

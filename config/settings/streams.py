@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from config.env import envint, envlist
+from pathlib import Path
+
+from config.env import BASE_DIR, envbool, envint, envlist, envstr
 
 # The retry line and keep-alive interval are per SSE endpoint (bindings.Endpoint), not settings.
 # Paths under these prefixes belong to Django (admin, API, static files, the demo page), never to a route.
@@ -24,3 +26,14 @@ SSE_STALL_GRACE_MS = envint("SSE_STALL_GRACE_MS", default=2000, minimum=0)
 # A stream whose read position has not moved for this long while its client reads and its partitions grew is
 # logged and counted as stalled (`/-/health`): the symptom of a defect, made visible instead of silent.
 SSE_STALL_NOTICE_S = envint("SSE_STALL_NOTICE_S", default=30, minimum=1)
+
+# The delivery log (docs/delivery-log.md): what each process delivered and refused, as Parquet files the
+# analytics rollup reads. With several nodes, point it at storage every node and the Spark workers share.
+DELIVERY_LOG_ENABLED = envbool("DELIVERY_LOG_ENABLED", True)
+DELIVERY_LOG_DIR = Path(envstr("DELIVERY_LOG_DIR", str(BASE_DIR / "var" / "delivery-log")))
+# Rows are written this often (and at exit): a process that dies loses at most this much of the log.
+DELIVERY_LOG_FLUSH_S = envint("DELIVERY_LOG_FLUSH_S", default=5, minimum=1, maximum=300)
+# Rows waiting to be written, at most; past it rows are dropped and counted, streams never wait.
+DELIVERY_LOG_MAX_ROWS = envint("DELIVERY_LOG_MAX_ROWS", default=100_000, minimum=1000)
+# The key of the hashes that stand for identities and client addresses (default: derived from SECRET_KEY).
+DELIVERY_LOG_SALT = envstr("DELIVERY_LOG_SALT", default="")

@@ -1,0 +1,176 @@
+"""The delivery log's writer: rows in, Parquet files out, bounded, and what the pumps and the fan-out count."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from streams.delivery_log import DeliveryLog, SessionRecord, user_agent_family
+from streams.delivery_schema import BOUNDS, BUCKETS, DELIVERIES, REFUSALS, SESSIONS, End, Start, bucket
+from streams.kafka import Record
+from streams.pump import Phase
+from tests.conftest import wait_until
+from tests.inprocess import LoopThread
+from tests.test_hub_lifecycle import running_hub
+from tests.test_zilla_scenarios import Produce
+
+LIVE = "live"
+
+
+def rows(directory: Path, table: str) -> list[dict[str, Any]]:
+    files = sorted((directory / table).rglob("*.parquet"))
+    return [row for path in files for row in pq.read_table(path).to_pylist()]
+
+
+def record(partition: int, offset: int, age_ms: int = 5) -> Record:
+    return Record(partition, offset, None, b"{}", (), timestamp_ms=int(time.time() * 1000) - age_ms)
+
+
+def session(**fields: Any) -> SessionRecord:
+    defaults: dict[str, Any] = {
+        "route": "items", "endpoint": "default", "topic": "items", "path": "/items", "identity": None,
+        "client": "c", "user_agent": "chrome", "start": Start.FRESH,
+    }  # fmt: skip
+    return SessionRecord(**{**defaults, **fields})
+
+
+def test_buckets_are_ordered_and_each_is_at_most_19_percent_wide() -> None:
+    assert bucket(-5) == bucket(0) == 0
+    assert bucket(1) == 1
+    assert [bucket(ms) for ms in range(10_000)] == sorted(bucket(ms) for ms in range(10_000))
+    assert bucket(2**20) == bucket(10**9) == BUCKETS - 1
+    for lower, upper in itertools.pairwise(BOUNDS):
+        assert upper / lower == pytest.approx(2**0.25)
+    for ms in (1, 7, 100, 999, 4095, 4096, 123_456):  # the fast table and the search agree with the bounds
+        index = bucket(ms)
+        assert BOUNDS[index - 1] <= ms < BOUNDS[index]
+
+
+def test_a_flush_writes_each_table_as_parquet_renamed_when_complete(tmp_path: Path) -> None:
+    log = DeliveryLog(tmp_path, salt=b"s", node="n1")
+    opened = session(identity=log.keyed_hash("alice"), start=Start.RESUMED)
+    log.opened(opened)
+    log.delivered("items", "items", [(record(0, 1), 100), (record(0, 2), 120), (record(1, 7, age_ms=300), 90)])
+    log.delivered("items", "items", [(record(0, 3), 110)], clients=4)  # a fan-out group of four
+    log.refused("items", 401, "unauthorized")
+    log.refused("items", 401, "unauthorized")
+    log.refused("", 404, "no_route")
+    opened.events, opened.bytes, opened.replayed = 3, 310, 1
+    log.closed(opened, End.CLIENT_GONE)
+    assert log.flush() == 2 + 2 + 2  # sessions, deliveries (2 partitions), refusals (2 keys)
+    log.close()
+
+    assert not [path for path in tmp_path.rglob(".*") if path.is_file()]  # no half-written file left
+    sessions = rows(tmp_path, SESSIONS)
+    assert [(row["event"], row["end"], row["events"], row["bytes"]) for row in sessions] == [
+        ("opened", None, 0, 0),
+        ("closed", "client_gone", 3, 310),
+    ]
+    assert {row["session"] for row in sessions} == {opened.session}
+    assert sessions[0]["identity"] == log.keyed_hash("alice") != "alice"
+    assert (sessions[0]["schema_version"], sessions[0]["node"], sessions[0]["start"]) == (1, "n1", "resumed")
+
+    deliveries = {row["partition"]: row for row in rows(tmp_path, DELIVERIES)}
+    assert (deliveries[0]["events"], deliveries[0]["bytes"], deliveries[0]["writes"]) == (2 + 4, 220 + 440, 1 + 4)
+    assert (deliveries[1]["events"], deliveries[1]["bytes"], deliveries[1]["writes"]) == (1, 90, 1)
+    assert sum(count for _, count in deliveries[0]["latency"]) == 6
+    ((slow_bucket, slow_count),) = deliveries[1]["latency"]
+    assert slow_count == 1
+    assert BOUNDS[slow_bucket - 1] <= 300 < BOUNDS[slow_bucket] * 1.1  # about 300 ms (the clock moved a little)
+
+    refusals = {(row["route"], row["status"], row["reason"]): row["count"] for row in rows(tmp_path, REFUSALS)}
+    assert refusals == {("items", 401, "unauthorized"): 2, ("", 404, "no_route"): 1}
+
+
+def test_a_full_buffer_drops_rows_and_counts_them(tmp_path: Path) -> None:
+    log = DeliveryLog(tmp_path, salt=b"s", max_rows=2)
+    log.refused("a", 404, "no_route")
+    log.refused("b", 404, "no_route")
+    log.refused("a", 404, "no_route")  # an existing row still counts
+    log.refused("c", 404, "no_route")  # a third row does not fit
+    log.opened(session())
+    assert log.dropped == 2
+    log.close()
+    assert {row["route"]: row["count"] for row in rows(tmp_path, REFUSALS)} == {"a": 2, "b": 1}
+    assert log.stats()["delivery_log_dropped"] == 2
+
+
+def test_rows_of_two_hours_go_to_two_hour_partitions(tmp_path: Path) -> None:
+    log = DeliveryLog(tmp_path, salt=b"s")
+    late = session(opened_at=time.mktime((2026, 11, 22, 9, 59, 0, 0, 0, 0)) - time.timezone)
+    log.opened(late)
+    log.closed(late, End.SLOW_CLIENT)
+    log.close()
+    hours = sorted(path.parent.name for path in (tmp_path / SESSIONS).rglob("*.parquet"))
+    assert len(hours) == 2  # the opening row's hour (09 UTC) and now
+    assert "hour=09" in hours
+
+
+def test_an_unwritable_directory_loses_rows_counted_and_streams_go_on(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    log = DeliveryLog(blocked, salt=b"s")
+    log.refused("a", 404, "no_route")
+    assert log.flush() == 0
+    assert (log.write_errors, log.dropped) == (1, 1)
+    log.close()
+
+
+def test_logging_off_writes_nothing(tmp_path: Path) -> None:
+    log = DeliveryLog(None, salt=b"s")
+    log.opened(session())
+    log.delivered("r", "t", [(record(0, 1), 10)])
+    log.refused("r", 404, "no_route")
+    assert log.flush() == 0
+    assert log.thread is None
+
+
+@pytest.mark.parametrize(
+    ("agent", "family"),
+    [
+        ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36", "chrome"),
+        ("Mozilla/5.0 (Windows NT 10.0) AppleWebKit/537.36 Chrome/131.0 Safari/537.36 Edg/131.0", "edge"),
+        ("Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0", "firefox"),
+        ("Mozilla/5.0 (Macintosh) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.1 Safari/605.1.15", "safari"),
+        ("curl/8.5.0", "curl"),
+        ("python-httpx/0.28", "python"),
+        ("", "none"),
+        ("Lynx/2.9", "other"),
+    ],
+)
+def test_user_agents_are_reduced_to_a_family(agent: str, family: str) -> None:
+    assert user_agent_family(agent) == family
+
+
+def test_the_fan_out_counts_a_group_write_once_for_all_its_clients(
+    tmp_path: Path, loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    """Three streams in one position: one encodes and counts the batch for three; a fourth, filtered out, adds
+    nothing; a stream that reads on its own counts its own writes."""
+    topic = new_topic()
+    log = DeliveryLog(tmp_path, salt=b"s")
+    with running_hub(loop_thread) as (_hub, streams):
+        same = [streams(topic, start=LIVE, log=log) for _ in range(3)]
+        produce(topic, b"first")
+        wait_until(lambda: all(stream.values == ["first"] for stream in same))
+        wait_until(lambda: all(stream.pump.phase is Phase.PARKED for stream in same))
+        for value in (b"second", b"third"):
+            produce(topic, value)
+        wait_until(lambda: all(stream.values == ["first", "second", "third"] for stream in same))
+        late = streams(topic, log=log)  # from the start: reads the three on its own
+        wait_until(lambda: late.values == ["first", "second", "third"])
+    log.close()
+    delivered = rows(tmp_path, DELIVERIES)
+    assert {row["route"] for row in delivered} == {f"test:{topic}"}
+    assert sum(row["events"] for row in delivered) == 3 * 3 + 3
+    assert sum(count for row in delivered for _, count in row["latency"]) == 3 * 3 + 3
+    total_bytes = sum(row["bytes"] for row in delivered)
+    event_bytes = sum(len(stream.flow.data) for stream in [*same, late])
+    assert 0 < total_bytes <= event_bytes  # events only: not the retry line or comments
+    assert [stream.pump.written for stream in same] == [len(stream.flow.data) for stream in same]
