@@ -6,6 +6,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -122,3 +123,12 @@ def daphne_url(django_db_setup: None, django_db_blocker: object) -> Iterator[str
 def health(daphne_url: str) -> dict[str, int]:
     body: dict[str, int] = httpx.get(f"{daphne_url}/-/health", timeout=5).json()
     return body
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One warm local Spark session (one core) for the whole run, as a worker keeps one; stopped at the end."""
+    from analytics.jobs.spark import spark_session, stop_session  # noqa: PLC0415  (a JVM only when asked for)
+
+    yield spark_session("local[1]")
+    stop_session()

@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_celery_beat",
     "bindings",
     "streams",
     "analytics",

@@ -27,3 +27,8 @@ KAFKA = KafkaSettings(
     metadata_timeout_s=envint("KAFKA_METADATA_TIMEOUT_MS", default=5_000, minimum=100) / 1000,
     fetch_queue_kbytes=envint("KAFKA_FETCH_QUEUE_KBYTES", default=8192, minimum=1024),
 )
+
+# Spark for the analytics rollup: local[*] by default, or a cluster (spark://host:7077).
+SPARK_MASTER = envstr("SPARK_MASTER", default="local[*]")
+# How often beat runs the rollup (the schedule lives in the database and can be edited in the admin).
+ANALYTICS_ROLLUP_EVERY_S = envint("ANALYTICS_ROLLUP_EVERY_S", default=60, minimum=5)

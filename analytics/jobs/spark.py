@@ -1,0 +1,53 @@
+"""One SparkSession per process, started on first use and kept warm: a JVM start costs 5-10 s, a job on a warm
+session well under one."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+from pyspark.sql import SparkSession
+
+_lock = threading.Lock()
+_session: SparkSession | None = None
+_master: str | None = None
+
+
+def spark_session(master: str) -> SparkSession:
+    """The process's session on `master` (`local[*]`, `local[2]`, `spark://host:7077`); a different master
+    stops the old session first."""
+    global _session, _master  # noqa: PLW0603  (the one warm session of this process)
+    with _lock:
+        if _session is not None and _master == master and _alive(_session):
+            return _session
+        if _session is not None:
+            _session.stop()
+        # Executors run this interpreter too (a standalone worker would otherwise pick `python3`).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        _session = (
+            SparkSession.builder.master(master)
+            .appName("sse-analytics")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.shuffle.partitions", "8")
+            .config("spark.driver.bindAddress", "127.0.0.1" if master.startswith("local") else "0.0.0.0")  # noqa: S104
+            .getOrCreate()
+        )
+        _session.sparkContext.setLogLevel("WARN")
+        _master = master
+        return _session
+
+
+def stop_session() -> None:
+    global _session, _master
+    with _lock:
+        if _session is not None:
+            _session.stop()
+        _session, _master = None, None
+
+
+def _alive(session: SparkSession) -> bool:
+    context = session.sparkContext
+    return context._jsc is not None and not context._jsc.sc().isStopped()

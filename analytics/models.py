@@ -1,0 +1,136 @@
+"""Rollups of the delivery log, and the record of each rollup run and of the files it added.
+
+Every number is a sum that later files add to (docs/analytics.md); a file is added once, recorded in
+`RolledUpFile` in the same transaction as the sums it added.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.db import models
+
+
+class RouteMinute(models.Model):
+    """What one route delivered from one topic in one minute, summed over every process and node."""
+
+    route = models.CharField(max_length=100)
+    topic = models.CharField(max_length=249)
+    minute = models.DateTimeField(help_text="The minute's start (UTC).")
+    events = models.BigIntegerField(default=0, help_text="Events written, one per client that got it.")
+    bytes = models.BigIntegerField(default=0)
+    writes = models.BigIntegerField(default=0)
+    streams_opened = models.IntegerField(default=0)
+    streams_closed = models.IntegerField(default=0)
+    fresh_starts = models.IntegerField(default=0)
+    resumes = models.IntegerField(default=0, help_text="Streams that resumed from a Last-Event-ID.")
+    malformed_ids = models.IntegerField(default=0, help_text="Streams whose Last-Event-ID could not be read.")
+    since_starts = models.IntegerField(default=0)
+    replayed = models.BigIntegerField(default=0, help_text="Events read from before the cache window.")
+    slow_closes = models.IntegerField(default=0, help_text="Streams closed for falling too far behind.")
+    token_expiries = models.IntegerField(default=0)
+    route_changes = models.IntegerField(default=0)
+
+    class Meta:
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            models.UniqueConstraint(fields=["route", "topic", "minute"], name="route_minute_key")
+        ]
+        indexes: ClassVar[list[models.Index]] = [models.Index(fields=["minute"])]
+
+    def __str__(self) -> str:
+        return f"{self.route} {self.topic} {self.minute:%Y-%m-%d %H:%M}"
+
+
+class LatencyBucket(models.Model):
+    """Events of a route, topic and minute whose latency fell in one histogram bucket."""
+
+    route = models.CharField(max_length=100)
+    topic = models.CharField(max_length=249)
+    minute = models.DateTimeField()
+    bucket = models.SmallIntegerField()
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            models.UniqueConstraint(fields=["route", "topic", "minute", "bucket"], name="latency_bucket_key")
+        ]
+        indexes: ClassVar[list[models.Index]] = [models.Index(fields=["minute"])]
+
+    def __str__(self) -> str:
+        return f"{self.route} {self.minute:%H:%M} bucket {self.bucket}"
+
+
+class RefusalMinute(models.Model):
+    """Requests refused with one status and reason in one minute ("" route: no route matched)."""
+
+    route = models.CharField(max_length=100, blank=True)
+    minute = models.DateTimeField()
+    status = models.SmallIntegerField()
+    reason = models.CharField(max_length=40)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            models.UniqueConstraint(fields=["route", "minute", "status", "reason"], name="refusal_minute_key")
+        ]
+        indexes: ClassVar[list[models.Index]] = [models.Index(fields=["minute"])]
+
+    def __str__(self) -> str:
+        return f"{self.route or '(no route)'} {self.minute:%H:%M} {self.status} {self.reason}"
+
+
+class IdentityMinute(models.Model):
+    """Events and streams of one (hashed) identity on a route, by the minute its streams closed."""
+
+    route = models.CharField(max_length=100)
+    minute = models.DateTimeField()
+    identity = models.CharField(max_length=64)
+    events = models.BigIntegerField(default=0)
+    sessions = models.IntegerField(default=0)
+
+    class Meta:
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            models.UniqueConstraint(fields=["route", "minute", "identity"], name="identity_minute_key")
+        ]
+        indexes: ClassVar[list[models.Index]] = [models.Index(fields=["minute"])]
+
+    def __str__(self) -> str:
+        return f"{self.route} {self.minute:%H:%M} {self.identity}"
+
+
+class RollupRun(models.Model):
+    """One run of the rollup: what it read and wrote, how long it took, how it ended."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+        SKIPPED = "skipped"  # another run held the lock
+
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    trigger = models.CharField(max_length=20, default="schedule", help_text="schedule, command or test.")
+    files = models.IntegerField(default=0)
+    rows_in = models.BigIntegerField(default=0)
+    rows_out = models.BigIntegerField(default=0)
+    duration_s = models.FloatField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["-started_at"]
+
+    def __str__(self) -> str:
+        return f"rollup {self.started_at:%Y-%m-%d %H:%M:%S} {self.status}"
+
+
+class RolledUpFile(models.Model):
+    """A delivery-log file whose rows the rollup tables hold; never added again."""
+
+    path = models.CharField(max_length=500, unique=True, help_text="Relative to DELIVERY_LOG_DIR.")
+    table = models.CharField(max_length=20)
+    rows = models.BigIntegerField()
+    run = models.ForeignKey(RollupRun, on_delete=models.PROTECT, related_name="rolled_up")
+
+    def __str__(self) -> str:
+        return self.path
