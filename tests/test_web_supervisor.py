@@ -1,0 +1,126 @@
+"""platform/web.py, the web workers' supervisor: the behaviour docs/decisions/0006 chose it for.
+
+It starts its workers on one shared socket, stops them all on SIGTERM with status 0, replaces a worker that
+dies, gives up with status 1 when workers keep dying at start, and takes its workers down when it is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from django.conf import settings
+
+from tests.conftest import wait_until
+from tests.servers import HOST, ROOT, VAR, free_port, url_of_test_database
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def children(pid: int) -> set[int]:
+    """The live (not zombie) child processes of `pid`, from /proc."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def start_web(port: int, **env: str) -> subprocess.Popen[bytes]:
+    environment = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "DATABASE_URL": url_of_test_database(),
+        "REDIS_URL": settings.REDIS_URL,
+        "KAFKA_BOOTSTRAP_SERVERS": settings.KAFKA.bootstrap_servers,
+        "WEB_HOST": HOST,
+        "WEB_PORT": str(port),
+        "WEB_PROCESSES": "2",
+        **env,
+    }
+    with (VAR / "test-web-supervisor.log").open("ab") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "platform/web.py"], cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT
+        )
+
+
+def healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://{HOST}:{port}/-/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture
+def web() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    port = free_port()
+    process = start_web(port)
+    try:
+        wait_until(lambda: len(children(process.pid)) == 2 and healthy(port), timeout=60)
+        yield process, port
+    finally:
+        for pid in children(process.pid):
+            os.kill(pid, signal.SIGKILL)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_sigterm_stops_every_worker_and_exits_0(web: tuple[subprocess.Popen[bytes], int]) -> None:
+    process, port = web
+    workers = children(process.pid)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=20) == 0
+    assert not any(alive(pid) for pid in workers)
+    assert not healthy(port)
+
+
+def test_a_worker_that_dies_is_replaced_and_the_port_keeps_answering(web: tuple[subprocess.Popen[bytes], int]) -> None:
+    process, port = web
+    victim, survivor = sorted(children(process.pid))
+    os.kill(victim, signal.SIGKILL)
+    assert healthy(port)  # the other worker answers meanwhile, on the same socket
+    wait_until(lambda: len(children(process.pid)) == 2 and victim not in children(process.pid), timeout=30)
+    assert survivor in children(process.pid)
+    assert process.poll() is None
+
+
+def test_killing_the_supervisor_takes_its_workers_down(web: tuple[subprocess.Popen[bytes], int]) -> None:
+    process, port = web
+    workers = children(process.pid)
+    process.kill()
+    process.wait()
+    wait_until(lambda: not any(alive(pid) for pid in workers), timeout=20)  # no orphan keeps the port
+    assert not healthy(port)
+
+
+def test_workers_that_keep_dying_at_start_make_it_exit_1() -> None:
+    process = start_web(free_port(), WEB_SERVER_MODULE="streams.no_such_module", WEB_MAX_RESTARTS="3")
+    started = time.monotonic()
+    try:
+        assert process.wait(timeout=60) == 1
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert time.monotonic() - started < 60
