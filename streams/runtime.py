@@ -12,6 +12,7 @@ A server process has one, `runtime`; tests may make their own.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,7 @@ class Runtime:
             "renewed_by_challenge": self.sessions.renewed,
             **counts,
             **self.delivery_log.stats(),
+            "gc_frozen_objects": gc.get_freeze_count(),  # the server freezes what it loaded (streams/server.py)
         }
 
 
