@@ -6,6 +6,7 @@ from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from analytics.api import RouteAnalyticsListView, RouteAnalyticsView
 from bindings.api import ChangeViewSet, EndpointViewSet, GuardViewSet, RouteViewSet
 from bindings.api_zilla import ZillaExportView, ZillaImportView
 
@@ -18,6 +19,9 @@ router.register("changes", ChangeViewSet)
 urlpatterns = [
     path("", TemplateView.as_view(template_name="demo.html"), name="demo"),
     path("admin/", admin.site.urls),
+    path("analytics/", include("analytics.urls")),
+    path("api/v1/analytics/routes/", RouteAnalyticsListView.as_view(), name="analytics-routes"),
+    path("api/v1/analytics/routes/<slug:name>/", RouteAnalyticsView.as_view(), name="analytics-route-api"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/import/zilla", ZillaImportView.as_view(), name="zilla-import"),

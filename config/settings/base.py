@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import django_stubs_ext
+from django.core.exceptions import ImproperlyConfigured
 
 from config.env import BASE_DIR, database_from_url, envbool, envlist, envstr
 
@@ -76,6 +80,18 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
+
+
+def _plotly_js_directory() -> Path:
+    """Where the installed plotly package keeps plotly.min.js (found without importing plotly)."""
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImproperlyConfigured("The plotly package is not installed: run `make install`.")
+    return Path(next(iter(spec.submodule_search_locations))) / "package_data"
+
+
+# The analytics dashboards' charts: plotly.js as the plotly package ships it, served as /static/plotly/.
+STATICFILES_DIRS = [("plotly", _plotly_js_directory())]
 # daphne serves no static files itself; outside production the ASGI app serves them (config/asgi.py).
 SERVE_STATIC = envbool("SERVE_STATIC", default=True)
 

@@ -8,7 +8,7 @@ from config.env import BASE_DIR, envbool, envint, envlist, envstr
 
 # The retry line and keep-alive interval are per SSE endpoint (bindings.Endpoint), not settings.
 # Paths under these prefixes belong to Django (admin, API, static files, the demo page), never to a route.
-SSE_RESERVED_PREFIXES = tuple(envlist("SSE_RESERVED_PREFIXES", ["/admin/", "/api/", "/static/", "/-/"]))
+SSE_RESERVED_PREFIXES = tuple(envlist("SSE_RESERVED_PREFIXES", ["/admin/", "/analytics/", "/api/", "/static/", "/-/"]))
 
 # The per-process cache of recent records, shared by every stream of the process.
 SSE_CACHE_MAX_BYTES = envint("SSE_CACHE_MAX_BYTES", default=256 * 1024 * 1024, minimum=1024 * 1024)

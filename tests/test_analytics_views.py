@@ -1,0 +1,160 @@
+"""The analytics dashboards and API read the rollup tables: known rows give known pages, series and CSV; bad ranges
+are clear errors; and in Chromium the overview's chart shows the database's numbers."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+from playwright.sync_api import Page
+
+from analytics.models import IdentityMinute, LatencyBucket, RefusalMinute, RollupRun, RouteMinute
+from analytics.queries import Range, series
+from streams.delivery_schema import bucket
+from tests.conftest import unique
+from tests.servers import VAR
+from tests.test_browser import in_browser
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PASSWORD = "a-long-analytics-test-password"
+
+
+def minute_ago(minutes: int) -> datetime:
+    return timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=minutes)
+
+
+def known_rollups(route: str) -> None:
+    """Ten minutes of a route: 600 events a minute, two streams opened at 9 minutes ago, one closed at 5."""
+    for ago in range(1, 11):
+        RouteMinute.objects.create(
+            route=route, topic="items", minute=minute_ago(ago), events=600, bytes=60_000, writes=60,
+            streams_opened=2 if ago == 9 else 0, streams_closed=1 if ago == 5 else 0,
+            resumes=1 if ago == 9 else 0, fresh_starts=1 if ago == 9 else 0,
+        )  # fmt: skip
+        LatencyBucket.objects.create(route=route, topic="items", minute=minute_ago(ago), bucket=bucket(20), count=570)
+        LatencyBucket.objects.create(route=route, topic="items", minute=minute_ago(ago), bucket=bucket(900), count=30)
+    RefusalMinute.objects.create(route=route, minute=minute_ago(3), status=401, reason="unauthorized", count=4)
+    IdentityMinute.objects.create(route=route, minute=minute_ago(5), identity="abc123", events=3000, sessions=1)
+    RollupRun.objects.create(status=RollupRun.Status.DONE, files=3, finished_at=timezone.now(), duration_s=1.5)
+
+
+@pytest.fixture
+def staff() -> Client:
+    user = User.objects.create_user(unique("analyst"), password=PASSWORD, is_staff=True)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_series_counts_streams_open_from_their_intervals() -> None:
+    route = unique("r")
+    known_rollups(route)
+    points = series(Range(minute_ago(12), minute_ago(0)), route)
+    open_by_minute = {point["time"]: point["streams_open"] for point in points}
+    assert open_by_minute[minute_ago(10)] == 0
+    assert open_by_minute[minute_ago(9)] == 2  # both opened
+    assert open_by_minute[minute_ago(5)] == 2  # one closes in this minute: it was open during it
+    assert open_by_minute[minute_ago(4)] == 1
+    assert [point["events"] for point in points if point["events"]] == [600] * 10
+    busy = next(point for point in points if point["events"])
+    assert busy["p50_ms"] is not None
+    assert busy["p50_ms"] < 30  # 95 % of events took about 20 ms...
+    assert busy["p99_ms"] > 800  # ...and 5 % about 900 ms
+
+
+def test_the_overview_and_route_pages_show_the_rollups(staff: Client) -> None:
+    route = unique("r")
+    known_rollups(route)
+    overview = staff.get("/analytics/?range=1h")
+    assert overview.status_code == 200
+    page = overview.content.decode()
+    assert route in page
+    assert 'id="total-events">6000<' in page
+    detail = staff.get(f"/analytics/routes/{route}/?range=1h").content.decode()
+    assert "unauthorized" in detail
+    assert "abc123" in detail
+    assert 'id="total-opened">2<' in detail
+
+
+def test_the_csv_download_has_a_row_per_minute(staff: Client) -> None:
+    route = unique("r")
+    known_rollups(route)
+    response = staff.get(f"/analytics/routes/{route}/?range=1h&format=csv")
+    assert response["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    assert sum(int(row["events"]) for row in rows) == 6000
+    assert len(rows) in {60, 61}
+
+
+@pytest.mark.parametrize(
+    "query", ["range=2y", "from=yesterday", "from=2026-01-01T00:00:00Z&to=2025-01-01T00:00:00Z", "step=second"]
+)
+def test_a_bad_range_is_a_clear_400(staff: Client, query: str) -> None:
+    page = staff.get(f"/analytics/?{query}")
+    assert page.status_code == 400
+    assert 'id="message"' in page.content.decode()
+    api = staff.get(f"/api/v1/analytics/routes/x/?{query}")
+    assert api.status_code == 400
+    assert api.json()["errors"]["range"]
+
+
+def test_the_dashboards_are_for_staff_only() -> None:
+    assert Client().get("/analytics/").status_code == 302  # to the admin's login
+    assert Client().get("/api/v1/analytics/routes/").status_code == 401
+
+
+def test_the_api_gives_the_numbers_the_dashboards_show(staff: Client) -> None:
+    route = unique("r")
+    known_rollups(route)
+    listed = staff.get("/api/v1/analytics/routes/?range=1h").json()
+    mine = next(item for item in listed if item["route"] == route)
+    assert (mine["totals"]["events"], mine["totals"]["refusals"]) == (6000, 4)
+    start = minute_ago(10).isoformat()
+    end = minute_ago(0).isoformat()
+    body = staff.get(f"/api/v1/analytics/routes/{route}/", {"from": start, "to": end, "step": "minute"}).json()
+    assert body["totals"]["events"] == 6000
+    assert body["totals"]["streams_opened"] == 2
+    assert body["totals"]["refusals_by_reason"] == [{"status": 401, "reason": "unauthorized", "count": 4}]
+    assert len(body["series"]) == 10
+    assert [point["events"] for point in body["series"]] == [600] * 10
+    hourly = staff.get(f"/api/v1/analytics/routes/{route}/?range=24h&step=hour").json()
+    assert sum(point["events"] for point in hourly["series"]) == 6000
+    schema = staff.get("/api/v1/schema/?format=json").json()
+    assert "/api/v1/analytics/routes/{name}/" in schema["paths"]
+
+
+@pytest.mark.browser
+def test_the_overview_chart_shows_the_databases_numbers(daphne_url: str) -> None:
+    route = unique("r")
+    known_rollups(route)
+    name = unique("analyst")
+    User.objects.create_user(name, password=PASSWORD, is_staff=True)
+    screenshot = VAR / "test-analytics-overview.png"
+
+    def scenario(page: Page) -> tuple[float, str, int]:
+        page.goto(f"{daphne_url}/admin/login/?next=/analytics/%3Froute%3D{route}%26range%3D1h")
+        page.fill("#id_username", name)
+        page.fill("#id_password", PASSWORD)
+        page.click("input[type=submit]")
+        page.wait_for_selector("#events-chart .main-svg", timeout=15_000)
+        per_second = page.evaluate(
+            "document.getElementById('events-chart').data[0].y.reduce((a, b) => a + (b || 0), 0)"
+        )
+        page.screenshot(path=str(screenshot), full_page=True)
+        return per_second, page.inner_text("#total-events"), len(page.query_selector_all(".chart.js-plotly-plot"))
+
+    per_second, total, charts = in_browser(scenario)
+    database = sum(RouteMinute.objects.filter(route=route).values_list("events", flat=True))
+    assert per_second * 60 == pytest.approx(database) == 6000  # the chart plots events/s per minute
+    assert total == "6000"
+    assert charts == 4
+    image = Path(screenshot).read_bytes()
+    assert image[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(image) > 20_000  # a page with four drawn charts, not a blank one
