@@ -126,9 +126,17 @@ def health(daphne_url: str) -> dict[str, int]:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """One warm local Spark session (one core) for the whole run, as a worker keeps one; stopped at the end."""
-    from analytics.jobs.spark import spark_session, stop_session  # noqa: PLC0415  (a JVM only when asked for)
+def spark_for_the_run() -> Iterator[None]:
+    """One warm Spark JVM for the whole run, as a worker keeps one; stopped at the end."""
+    from analytics.jobs.spark import stop_session  # noqa: PLC0415  (a JVM only when asked for)
 
-    yield spark_session("local[1]")
+    yield
     stop_session()
+
+
+@pytest.fixture
+def spark(spark_for_the_run: None) -> Any:
+    """The local Spark session (one core); a test that moved to another master gets it back."""
+    from analytics.jobs.spark import spark_session  # noqa: PLC0415
+
+    return spark_session("local[1]")

@@ -35,7 +35,9 @@ def write(directory: Path, table: str, rows: list[dict[str, Any]], name: str) ->
     return path
 
 
-def delivery(second: int, partition: int, latencies: list[int], *, route: str = "items", size: int = 100) -> dict[str, Any]:
+def delivery(
+    second: int, partition: int, latencies: list[int], *, route: str = "items", size: int = 100
+) -> dict[str, Any]:
     histogram: dict[int, int] = {}
     for latency in latencies:
         histogram[bucket(latency)] = histogram.get(bucket(latency), 0) + 1

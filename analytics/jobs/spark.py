@@ -3,11 +3,15 @@ session well under one."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
 
 from pyspark.sql import SparkSession
+
+# py4j logs each connection it closes at INFO, some of them from finalizers at interpreter exit.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 _lock = threading.Lock()
 _session: SparkSession | None = None

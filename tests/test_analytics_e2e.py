@@ -1,0 +1,176 @@
+"""Delivery analytics end to end, on the real services: a live daphne writes the delivery log while clients
+stream; the rollup turns it into Postgres rows that match what the clients got. Then the same rollup run by a
+real Celery worker and beat on the database schedule, and by a Spark standalone master and worker."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+from django.apps import apps as django_apps
+from django.conf import settings
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from analytics.jobs.rollup import rollup
+from analytics.jobs.spark import spark_session
+from analytics.models import RefusalMinute, RollupRun, RouteMinute
+from analytics.rollups import run_rollup
+from bindings.services import do_put_route
+from streams.delivery_schema import DELIVERIES, SESSIONS
+from tests.conftest import unique, wait_until
+from tests.servers import HOST, ROOT, VAR, free_port, start_daphne, url_of_test_database
+from tests.sse_client import EventStream
+from tests.test_rollup import MINUTE, known_logs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def log_rows(directory: Path, table: str) -> list[dict[str, Any]]:
+    return [row for path in (directory / table).rglob("*.parquet") for row in pq.read_table(path).to_pylist()]
+
+
+def test_the_rollup_of_a_live_servers_log_matches_what_its_clients_received(
+    tmp_path: Path, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]], spark: Any
+) -> None:
+    topic = new_topic(partitions=2)
+    route = unique("logged")
+    do_put_route(name=route, path=f"/{route}", topic=topic)
+    for index in range(6):
+        produce(topic, f"v{index}".encode(), partition=index % 2)  # one record per request: exact end offsets
+    server = start_daphne(
+        {"DELIVERY_LOG_DIR": str(tmp_path), "DELIVERY_LOG_FLUSH_S": "1"}, log_name="test-daphne-analytics"
+    )
+    received = 0
+    try:
+        for headers in ({}, {}, {"last-event-id": "not-an-id"}):  # each reads all six; the third starts malformed
+            with EventStream(f"{server.url}/{route}", headers=headers, timeout=20) as stream:
+                received += len(stream.events(6))  # the topic holds six: all that can be sent
+        assert httpx.get(f"{server.url}/{route}-nowhere", timeout=5).status_code == 404
+        wait_until(lambda: len([r for r in log_rows(tmp_path, SESSIONS) if r["event"] == "closed"]) == 3, timeout=20)
+        wait_until(lambda: sum(r["events"] for r in log_rows(tmp_path, DELIVERIES)) >= received, timeout=20)
+    finally:
+        server.stop()
+
+    run = run_rollup(trigger="test", directory=tmp_path, master="local[1]")
+    assert run.status == RollupRun.Status.DONE
+    rows = RouteMinute.objects.filter(route=route)
+    assert sum(row.events for row in rows) == received == 18
+    assert sum(row.streams_opened for row in rows) == 3
+    assert sum(row.streams_closed for row in rows) == 3
+    assert (sum(row.fresh_starts for row in rows), sum(row.malformed_ids for row in rows)) == (2, 1)
+    assert {row.topic for row in rows} == {topic}
+    refused = RefusalMinute.objects.filter(route="", status=404, reason="no_route")
+    assert sum(row.count for row in refused) == 1
+
+
+@pytest.fixture
+def rollup_every_2_s() -> Iterator[None]:
+    """The migration's schedule (made again by the migration's own code: transactional tests empty the tables
+    between tests), run every 2 s for the test."""
+    migration = importlib.import_module("analytics.migrations.0002_rollup_schedule")
+    migration.create_schedule(django_apps, None)
+    task = PeriodicTask.objects.get(task="analytics.tasks.rollup_delivery_log")
+    assert task.enabled
+    assert task.interval.every == settings.ANALYTICS_ROLLUP_EVERY_S
+    before = task.interval
+    task.interval = IntervalSchedule.objects.get_or_create(every=2, period=IntervalSchedule.SECONDS)[0]
+    task.save()
+    yield
+    task.interval = before
+    task.save()
+
+
+def celery(arguments: list[str], log_name: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with (VAR / f"{log_name}.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "config", *arguments, "--loglevel=INFO"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def test_a_real_celery_worker_and_beat_run_the_scheduled_rollup(tmp_path: Path, rollup_every_2_s: None) -> None:
+    known_logs(tmp_path)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "DATABASE_URL": url_of_test_database(),
+        "REDIS_URL": settings.REDIS_URL,
+        "KAFKA_BOOTSTRAP_SERVERS": settings.KAFKA.bootstrap_servers,
+        "DELIVERY_LOG_DIR": str(tmp_path),
+        "SPARK_MASTER": "local[1]",
+    }
+    schedule = tmp_path / "celerybeat-schedule"
+    worker = celery(["worker", "--pool=solo", f"--hostname=test-{os.getpid()}@%h"], "test-celery-worker", env)
+    beat = celery(
+        ["beat", "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler", "--schedule", str(schedule)],
+        "test-celery-beat",
+        env,
+    )
+    try:
+        wait_until(
+            lambda: RollupRun.objects.filter(trigger="schedule", status=RollupRun.Status.DONE, files__gt=0).exists(),
+            timeout=120,
+            interval=0.5,
+        )
+        wait_until(lambda: RollupRun.objects.filter(trigger="schedule").count() >= 2, timeout=30, interval=0.5)
+    finally:
+        for process in (beat, worker):
+            process.terminate()
+        for process in (beat, worker):
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    first = RouteMinute.objects.get(route="items", minute=datetime.fromtimestamp(MINUTE, tz=UTC))
+    assert (first.events, first.streams_opened) == (2000, 3)  # the later runs found nothing new to add
+    assert not RollupRun.objects.filter(status=RollupRun.Status.FAILED).exists()
+
+
+def spark_class(*arguments: str, log_name: str) -> subprocess.Popen[bytes]:
+    import pyspark  # noqa: PLC0415
+
+    script = Path(pyspark.__file__).parent / "bin" / "spark-class"
+    env = {**os.environ, "SPARK_HOME": str(script.parent.parent), "SPARK_LOCAL_IP": HOST, "SPARK_NO_DAEMONIZE": "1"}
+    with (VAR / f"{log_name}.log").open("wb") as log:
+        return subprocess.Popen([str(script), *arguments], env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def test_the_same_job_runs_unchanged_on_a_spark_standalone_cluster(tmp_path: Path, spark_for_the_run: None) -> None:
+    known_logs(tmp_path)
+    port = free_port()
+    master = spark_class(
+        "org.apache.spark.deploy.master.Master", "--host", HOST, "--port", str(port), "--webui-port", str(free_port()),
+        log_name="test-spark-master",
+    )  # fmt: skip
+    worker = spark_class(
+        "org.apache.spark.deploy.worker.Worker", f"spark://{HOST}:{port}", "--cores", "1", "--memory", "1g",
+        "--webui-port", str(free_port()), log_name="test-spark-worker",
+    )  # fmt: skip
+    try:
+        wait_until(lambda: "Registering worker" in (VAR / "test-spark-master.log").read_text(), timeout=60)
+        files = {table: [str(p) for p in (tmp_path / table).rglob("*.parquet")] for table in ("deliveries", "sessions")}
+        started = time.monotonic()
+        result = rollup(spark_session(f"spark://{HOST}:{port}"), files)
+        assert time.monotonic() - started < 120
+        executors = spark_session(f"spark://{HOST}:{port}").sparkContext._jsc.sc().getExecutorMemoryStatus().size()
+        assert executors >= 2  # the driver and the standalone worker's executor: the job ran on the cluster
+    finally:
+        spark_session("local[1]")  # back to the local session the other tests use
+        for process in (worker, master):
+            process.terminate()
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    assert result.minutes[("items", "items", MINUTE)]["events"] == 2000
+    assert result.minutes[("items", "items", MINUTE)]["streams_opened"] == 3
