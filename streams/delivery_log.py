@@ -94,15 +94,16 @@ class DeliveryLog:
     ) -> None:
         """`directory` None: logging is off, and every method returns at once."""
         self.directory = directory
-        self.salt, self.node, self.pid = salt, node or os.uname().nodename, os.getpid()
-        self.flush_s, self.max_rows = flush_s, max_rows
+        self.files = (
+            None if directory is None else LogFiles(directory, node=node or os.uname().nodename, pid=os.getpid())
+        )
+        self.salt, self.flush_s, self.max_rows = salt, flush_s, max_rows
         self.lock = threading.Lock()
         self.sessions: list[dict[str, Any]] = []
         # (second, route, topic, partition) -> [events, bytes, writes, {bucket: events}]
         self.deliveries: dict[tuple[int, str, str, int], list[Any]] = {}
         self.refusals: dict[tuple[int, str, int, str], int] = defaultdict(int)
-        self.dropped = self.rows_written = self.files_written = self.write_errors = 0
-        self.sequence = 0
+        self.dropped = 0
         self.thread: threading.Thread | None = None
         self.stopping = threading.Event()
 
@@ -162,25 +163,7 @@ class DeliveryLog:
     def _session_row(self, session: SessionRecord, event: Event, end: End | None, at: float) -> None:
         if self.directory is None:
             return
-        row = {
-            "session": session.session,
-            "event": event.value,
-            "at": _ms(at),
-            "opened_at": _ms(session.opened_at),
-            "route": session.route,
-            "endpoint": session.endpoint,
-            "topic": session.topic,
-            "path": session.path,
-            "identity": session.identity,
-            "client": session.client,
-            "user_agent": session.user_agent,
-            "start": session.start.value,
-            "end": None if end is None else end.value,
-            "events": session.events if end else 0,
-            "bytes": session.bytes if end else 0,
-            "replayed": session.replayed if end else 0,
-            "resets": session.resets,
-        }
+        row = session_row(session, event, end, at)
         with self.lock:
             if self._full():
                 self.dropped += 1
@@ -213,18 +196,16 @@ class DeliveryLog:
 
     def flush(self) -> int:
         """Write every pending row, one file per table and hour; returns the rows written."""
-        if self.directory is None:
+        if self.files is None:
             return 0
         with self.lock:
             sessions, self.sessions = self.sessions, []
             deliveries, self.deliveries = self.deliveries, {}
             refusals, self.refusals = self.refusals, defaultdict(int)
-        common = {"schema_version": SCHEMA_VERSION, "node": self.node, "pid": self.pid}
         tables = {
-            SESSIONS: [{**common, **row} for row in sessions],
+            SESSIONS: sessions,
             DELIVERIES: [
                 {
-                    **common,
                     "second": second * 1000,
                     "route": route,
                     "topic": topic,
@@ -237,18 +218,68 @@ class DeliveryLog:
                 for (second, route, topic, partition), (events, size, writes, histogram) in deliveries.items()
             ],
             REFUSALS: [
-                {**common, "second": second * 1000, "route": route, "status": status, "reason": reason, "count": n}
+                {"second": second * 1000, "route": route, "status": status, "reason": reason, "count": n}
                 for (second, route, status, reason), n in refusals.items()
             ],
         }
-        written = 0
-        for table, rows in tables.items():
-            for hour, hourly in _by_hour(rows, "at" if table == SESSIONS else "second").items():
-                written += self._write(table, hour, hourly)
+        written, lost = self.files.write(tables)
+        self.dropped += lost
         return written
 
-    def _write(self, table: str, hour: datetime, rows: list[dict[str, Any]]) -> int:
-        assert self.directory is not None  # noqa: S101  (flush returns first when off)
+    def stats(self) -> dict[str, int]:
+        files = self.files or LogFiles(Path(), node="", pid=0)
+        return {
+            "delivery_log_rows": files.rows_written,
+            "delivery_log_files": files.files_written,
+            "delivery_log_dropped": self.dropped,
+            "delivery_log_write_errors": files.write_errors,
+        }
+
+
+def session_row(session: SessionRecord, event: Event, end: End | None, at: float) -> dict[str, Any]:
+    """A sessions-table row (without the columns every row has); the totals only on the closing row."""
+    closing = end is not None
+    return {
+        "session": session.session,
+        "event": event.value,
+        "at": _ms(at),
+        "opened_at": _ms(session.opened_at),
+        "route": session.route,
+        "endpoint": session.endpoint,
+        "topic": session.topic,
+        "path": session.path,
+        "identity": session.identity,
+        "client": session.client,
+        "user_agent": session.user_agent,
+        "start": session.start.value,
+        "end": None if end is None else end.value,
+        "events": session.events if closing else 0,
+        "bytes": session.bytes if closing else 0,
+        "replayed": session.replayed if closing else 0,
+        "resets": session.resets,
+    }
+
+
+class LogFiles:
+    """The log's files: one per table, hour and flush, written under a dot-name and renamed when complete."""
+
+    def __init__(self, directory: Path, *, node: str, pid: int) -> None:
+        self.directory, self.node, self.pid = directory, node, pid
+        self.sequence = self.rows_written = self.files_written = self.write_errors = 0
+
+    def write(self, tables: dict[str, list[dict[str, Any]]]) -> tuple[int, int]:
+        """Write each table's rows; returns (rows written, rows lost to write errors)."""
+        common = {"schema_version": SCHEMA_VERSION, "node": self.node, "pid": self.pid}
+        written = lost = 0
+        for table, rows in tables.items():
+            for hour, hourly in _by_hour(rows, "at" if table == SESSIONS else "second").items():
+                if self._write(table, hour, [{**common, **row} for row in hourly]):
+                    written += len(hourly)
+                else:
+                    lost += len(hourly)
+        return written, lost
+
+    def _write(self, table: str, hour: datetime, rows: list[dict[str, Any]]) -> bool:
         folder = self.directory / table / f"date={hour:%Y-%m-%d}" / f"hour={hour:%H}"
         self.sequence += 1
         name = f"{self.node}-{self.pid}-{int(hour.timestamp() * 1000)}-{self.sequence}.parquet"
@@ -260,19 +291,10 @@ class DeliveryLog:
         except (OSError, pa.ArrowException):
             log.exception("delivery log: could not write %d %s rows under %s", len(rows), table, folder)
             self.write_errors += 1
-            self.dropped += len(rows)
-            return 0
+            return False
         self.files_written += 1
         self.rows_written += len(rows)
-        return len(rows)
-
-    def stats(self) -> dict[str, int]:
-        return {
-            "delivery_log_rows": self.rows_written,
-            "delivery_log_files": self.files_written,
-            "delivery_log_dropped": self.dropped,
-            "delivery_log_write_errors": self.write_errors,
-        }
+        return True
 
 
 def _ms(seconds: float) -> int:
