@@ -70,6 +70,12 @@ def rollup(spark: SparkSession, files: Mapping[str, Sequence[str]]) -> Rollup:
     return result
 
 
+def _rows(frame: DataFrame) -> list[dict[str, Any]]:
+    """The frame's rows, moved as Arrow columns: millions of aggregate rows come back several times faster than
+    as Row objects."""
+    return frame.toArrow().to_pylist()  # type: ignore[no-any-return]
+
+
 def _read(spark: SparkSession, paths: Sequence[str]) -> DataFrame | None:
     return spark.read.parquet(*paths) if paths else None
 
@@ -83,7 +89,7 @@ def _deliveries(frame: DataFrame, result: Rollup) -> None:
     frame = frame.withColumn("minute", _minute("second"))
     keys = ("route", "topic", "minute")
     sums = frame.groupBy(*keys).agg(F.count(F.lit(1)).alias("rows"), *(F.sum(name).alias(name) for name in TRAFFIC))
-    for row in sums.collect():
+    for row in _rows(sums):
         result.rows_in += row["rows"]
         target = result.minute(row["route"], row["topic"], row["minute"])
         for name in TRAFFIC:
@@ -93,7 +99,7 @@ def _deliveries(frame: DataFrame, result: Rollup) -> None:
         .groupBy(*keys, "bucket")
         .agg(F.sum("count").alias("count"))
     )
-    for row in buckets.collect():
+    for row in _rows(buckets):
         key = (row["route"], row["topic"], row["minute"], row["bucket"])
         result.latency[key] = result.latency.get(key, 0) + row["count"]
 
@@ -119,7 +125,7 @@ def _sessions(frame: DataFrame, result: Rollup) -> None:
         _count(closed & (end == End.TOKEN_EXPIRED.value)).alias("token_expiries"),
         _count(closed & (end == End.ROUTE_CHANGED.value)).alias("route_changes"),
     )
-    for row in sums.collect():
+    for row in _rows(sums):
         result.rows_in += row["rows"]
         target = result.minute(row["route"], row["topic"], row["minute"])
         for name in SESSION_COUNTS:
@@ -129,7 +135,7 @@ def _sessions(frame: DataFrame, result: Rollup) -> None:
         .groupBy("route", "minute", "identity")
         .agg(F.sum("events").alias("events"), F.count(F.lit(1)).alias("sessions"))
     )
-    for row in by_identity.collect():
+    for row in _rows(by_identity):
         key = (row["route"], row["minute"], row["identity"])
         events, sessions = result.identities.get(key, (0, 0))
         result.identities[key] = (events + row["events"], sessions + row["sessions"])
@@ -141,7 +147,7 @@ def _refusals(frame: DataFrame, result: Rollup) -> None:
         .groupBy("route", "minute", "status", "reason")
         .agg(F.count(F.lit(1)).alias("rows"), F.sum("count").alias("count"))
     )
-    for row in sums.collect():
+    for row in _rows(sums):
         result.rows_in += row["rows"]
         key = (row["route"], row["minute"], row["status"], row["reason"])
         result.refusals[key] = result.refusals.get(key, 0) + row["count"]

@@ -30,15 +30,18 @@ def spark_session(master: str) -> SparkSession:
         # Executors run this interpreter too (a standalone worker would otherwise pick `python3`).
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        _session = (
+        builder = (
             SparkSession.builder.master(master)
             .appName("sse-analytics")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.shuffle.partitions", "8")
-            .config("spark.driver.bindAddress", "127.0.0.1" if master.startswith("local") else "0.0.0.0")  # noqa: S104
-            .getOrCreate()
         )
+        if master.startswith("local"):
+            # Everything in this process: keep the block manager on loopback, where it also listens (the host's
+            # name may resolve to an address nothing binds, and shuffles then fail to fetch their blocks).
+            builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+        _session = builder.getOrCreate()
         _session.sparkContext.setLogLevel("WARN")
         _master = master
         return _session
