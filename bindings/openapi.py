@@ -40,7 +40,7 @@ PROBLEM_SCHEMA: dict[str, Any] = {
 }
 
 PROBLEM_DESCRIPTIONS = {
-    "400": "Bad input: `errors` names each bad field, of the body or of a query parameter.",
+    "400": "Bad input: `errors` names each bad field, of the body or of a query parameter (`range` for a time range).",
     "401": "No credentials or bad ones: send `Authorization: Token <key>` (see `manage.py api_token`).",
     "403": "Signed in without the right: readers (group api-readers) read, staff write.",
     "404": "No such object, no such URL, or a `?format=` the API does not write (DRF's format override).",
@@ -80,6 +80,10 @@ def mark_response_fields_required(result: dict[str, Any], **kwargs: Any) -> dict
     return result
 
 
+def _has_query(operation: dict[str, Any]) -> bool:
+    return any(parameter.get("in") == "query" for parameter in operation.get("parameters", []))
+
+
 def add_problem_responses(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """The problem body under each error status an operation can answer; 201 next to 200 for a `PUT`."""
     result.setdefault("components", {}).setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
@@ -90,8 +94,8 @@ def add_problem_responses(result: dict[str, Any], **kwargs: Any) -> dict[str, An
             statuses = ["401", "403", "404", "406"]
             if method in ("post", "put", "patch"):
                 statuses += ["400", "415"]
-            elif method == "get" and "{" not in path:
-                statuses.append("400")  # a bad filter value
+            elif method == "get" and ("{" not in path or _has_query(operation)):
+                statuses.append("400")  # a bad filter value or query parameter
             if method == "delete" and path in CONFLICT_ON_DELETE:
                 statuses.append("409")
             if method == "put" and "200" in responses:
