@@ -104,13 +104,16 @@ def test_a_real_celery_worker_and_beat_run_the_scheduled_rollup(tmp_path: Path, 
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.test",
         "DATABASE_URL": url_of_test_database(),
-        "REDIS_URL": settings.REDIS_URL,
+        # A Redis database of the test's own: tasks beat sends after the worker stops stay out of `make run`'s.
+        "REDIS_URL": settings.REDIS_URL.rsplit("/", 1)[0] + "/15",
         "KAFKA_BOOTSTRAP_SERVERS": settings.KAFKA.bootstrap_servers,
         "DELIVERY_LOG_DIR": str(tmp_path),
         "SPARK_MASTER": "local[1]",
     }
     schedule = tmp_path / "celerybeat-schedule"
-    worker = celery(["worker", "--pool=solo", f"--hostname=test-{os.getpid()}@%h"], "test-celery-worker", env)
+    worker = celery(
+        ["worker", "--pool=solo", "--purge", f"--hostname=test-{os.getpid()}@%h"], "test-celery-worker", env
+    )
     beat = celery(
         ["beat", "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler", "--schedule", str(schedule)],
         "test-celery-beat",

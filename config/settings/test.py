@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from config.env import envstr
+from pathlib import Path
+
+from config.env import BASE_DIR, envstr
 from config.settings.base import *  # noqa: F403
 from config.settings.services import *  # noqa: F403
 from config.settings.streams import *  # noqa: F403
@@ -11,3 +13,6 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Separate test databases for runs side by side on one Postgres (TEST_DB_SUFFIX=_b pytest ...).
 DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}{envstr('TEST_DB_SUFFIX', default='')}"}  # noqa: F405
+
+# The suite's servers log deliveries apart from what `make run` rolls up into the development database.
+DELIVERY_LOG_DIR = Path(envstr("DELIVERY_LOG_DIR", str(BASE_DIR / "var" / "test-delivery-log")))
