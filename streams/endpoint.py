@@ -43,6 +43,7 @@ from streams.hub import Hub, TopicState
 from streams.kafka import KafkaUnavailableError, TopicNotFoundError
 from streams.lease import Lease
 from streams.pump import Pump
+from streams.readiness import PROBES, checks
 from streams.routing import Match
 from streams.runtime import Runtime
 from streams.runtime import runtime as process_runtime
@@ -76,7 +77,7 @@ class StreamEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self._is_django(scope["path"]):
             await self.django_app(scope, receive, send)
-        elif scope["path"].startswith("/-/"):
+        elif scope["path"].startswith("/-/") or scope["path"] in PROBES:
             await self.internal(scope, send)
         else:
             await Stream(scope, receive, send, self.runtime).run()
@@ -84,6 +85,18 @@ class StreamEndpoint:
     async def internal(self, scope: Scope, send: Send) -> None:
         if scope["path"] == "/-/health":
             await respond_json(send, 200, self.runtime.health())
+        elif scope["path"] == "/healthz":
+            await respond_json(send, 200, {"status": "ok"})
+        elif scope["path"] == "/readyz":
+            found = await checks(self.runtime)
+            failed = sorted(name for name, result in found.items() if result != "ok")
+            if failed:
+                detail = "; ".join(f"{name}: {found[name]}" for name in failed)
+                await problem(
+                    send, 503, "Not ready", detail, headers=((b"retry-after", b"5"),), failed=failed, checks=found
+                )
+            else:
+                await respond_json(send, 200, {"status": "ready", "checks": found})
         else:
             await problem(send, 404, "Not found", f"Nothing at {scope['path']}.")
 

@@ -174,6 +174,11 @@ class ConsumerThread:
         self._running.clear()
         self._thread.join(timeout=10)
 
+    @property
+    def alive(self) -> bool:
+        """The thread runs: a dead one fetches nothing for any stream of the process (readiness reports it)."""
+        return self._thread.is_alive()
+
     def command(self, command: Command) -> None:
         """Run `command` on this thread, after every command given before it."""
         self.commands.put(command)

@@ -112,6 +112,14 @@ class Metadata:
         except (KafkaException, TimeoutError) as exc:
             raise KafkaUnavailableError(str(exc)) from exc
 
+    async def reachable(self, timeout_s: float) -> None:
+        """Raise KafkaUnavailableError unless a broker answers within `timeout_s` (readiness)."""
+        future = self._admin.describe_cluster(request_timeout=timeout_s)
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(future), timeout_s + 0.5)
+        except (KafkaException, TimeoutError) as exc:
+            raise KafkaUnavailableError(str(exc) or "no broker answered") from exc
+
     async def describe(self, topic: str) -> TopicInfo:
         """Partitions and cleanup policy; raises TopicNotFoundError or KafkaUnavailableError.
 

@@ -59,8 +59,9 @@ class Runtime:
         hub = current_hub()
         counts = hub.stats() if hub else dict.fromkeys(IDLE_COUNTERS, 0)
         counts["kafka_consumers"] += ReaderStats.historical_readers
+        fetching = hub is None or hub.fetcher.thread.alive
         return {
-            "status": "ok",
+            "status": "ok" if fetching else "fetcher stopped",
             "streams": self.stats.open_streams,
             "malformed_ids": self.stats.malformed_ids,
             "closed_slow": self.stats.closed_slow,
