@@ -21,6 +21,14 @@ _GUARDED = re.compile(r"guarded\['([^']*)'\]\.(identity|attributes\.(.*))")
 ATTRIBUTE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 GUARD_NAME = re.compile(r"[-a-zA-Z0-9_]+")
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+FORBIDDEN_TOPIC_NAMES = frozenset({".", ".."})  # Kafka refuses these two, though its character set allows them
+
+
+def is_topic_name(name: str) -> bool:
+    """Whether Kafka accepts `name` as a topic name (checked before asking it: its refusal is slow)."""
+    return TOPIC_NAME.fullmatch(name) is not None and name not in FORBIDDEN_TOPIC_NAMES
+
+
 VALUE_PATH = re.compile(r"[^.]+(?:\.[^.]+)*")
 
 Where = TypeVar("Where", bound=Hashable)
@@ -129,6 +137,8 @@ def check_topic_name(template: str) -> None:
         raise PatternError(
             "A topic name has 1 to 249 characters among letters, digits, '.', '_' and '-' (plus ${...} placeholders)."
         )
+    if template in FORBIDDEN_TOPIC_NAMES:
+        raise PatternError(f"Kafka does not allow a topic named {template!r}.")
 
 
 def check_value_path(path: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 
-from bindings.patterns import TOPIC_NAME
+from bindings.patterns import is_topic_name
 from bindings.selectors import EVENT_ID_KEY_AND_ETAG, SLOW_CLIENT_CONFLATE, RouteSpec
 from streams import sse
 from streams.asgi import ASGIApp, Receive, Scope, Send, header, until_disconnect
@@ -181,7 +181,7 @@ class Stream:
 
     async def serve(self, matched: Match, resume: bytes | None, since_ms: int | None, *, head_only: bool) -> None:
         route = matched.route
-        if not TOPIC_NAME.fullmatch(matched.topic):
+        if not is_topic_name(matched.topic):
             detail = f"{matched.topic!r} is not a Kafka topic name."
             await self.problem(404, "Unknown topic", detail, reason="unknown_topic", topic=matched.topic)
             return

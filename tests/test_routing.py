@@ -74,6 +74,9 @@ def test_it_rejects_undeclared_params_and_bad_topic_names() -> None:
         check_topic("items-${params.nope}", frozenset({"id"}))
     with pytest.raises(PatternError, match="249"):
         check_topic("bad topic", frozenset())
+    for forbidden in (".", ".."):
+        with pytest.raises(PatternError, match="does not allow"):
+            check_topic(forbidden, frozenset())
 
 
 @given(st.text())

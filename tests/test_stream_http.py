@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import httpx
@@ -121,3 +122,16 @@ def test_a_changed_route_takes_effect_for_new_streams_without_a_restart(
 
     wait_until(streams_the_second, timeout=2)
     assert health(daphne_url)["route_reloads"] > reloads
+
+
+@pytest.mark.parametrize("segment", ["%2E", "%2E%2E"])
+def test_a_topic_name_kafka_forbids_is_a_404_at_once(daphne_url: str, segment: str) -> None:
+    """`.` and `..` fit Kafka's character set but not its rules: refused before asking the broker (slow)."""
+    name = unique("dots")
+    do_put_route(name=name, path=f"/{name}/{{t}}", topic="${params.t}")
+    started = time.monotonic()
+    response = httpx.get(f"{daphne_url}/{name}/{segment}", timeout=10)
+    assert time.monotonic() - started < 2
+    assert response.status_code == 404
+    assert response.json()["title"] == "Unknown topic"
+    assert response.json()["topic"] in {".", ".."}
