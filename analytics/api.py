@@ -32,7 +32,9 @@ class RefusalReasonSerializer(serializers.Serializer[Any]):
     count = serializers.IntegerField()
 
 
-class TotalsSerializer(serializers.Serializer[Any]):
+class CountsSerializer(serializers.Serializer[Any]):
+    """What a range (totals) and each step of a series (points) both hold."""
+
     events = serializers.IntegerField(help_text="Events written, one per client that got it.")
     bytes = serializers.IntegerField()
     streams_opened = serializers.IntegerField()
@@ -44,27 +46,18 @@ class TotalsSerializer(serializers.Serializer[Any]):
     slow_closes = serializers.IntegerField()
     token_expiries = serializers.IntegerField()
     refusals = serializers.IntegerField()
-    refusals_by_reason = RefusalReasonSerializer(many=True)
     p50_ms = serializers.FloatField(allow_null=True, help_text="Kafka timestamp to write; exact to 19 %.")
     p95_ms = serializers.FloatField(allow_null=True)
     p99_ms = serializers.FloatField(allow_null=True)
 
 
-class PointSerializer(serializers.Serializer[Any]):
+class TotalsSerializer(CountsSerializer):
+    refusals_by_reason = RefusalReasonSerializer(many=True)
+
+
+class PointSerializer(CountsSerializer):
     time = serializers.DateTimeField(help_text="The minute's or hour's start (UTC).")
-    events = serializers.IntegerField()
-    bytes = serializers.IntegerField()
-    streams_opened = serializers.IntegerField()
-    streams_closed = serializers.IntegerField()
     streams_open = serializers.IntegerField(help_text="Streams open during the step (at most).")
-    resumes = serializers.IntegerField()
-    fresh_starts = serializers.IntegerField()
-    malformed_ids = serializers.IntegerField()
-    slow_closes = serializers.IntegerField()
-    refusals = serializers.IntegerField()
-    p50_ms = serializers.FloatField(allow_null=True)
-    p95_ms = serializers.FloatField(allow_null=True)
-    p99_ms = serializers.FloatField(allow_null=True)
 
 
 class RouteSummarySerializer(serializers.Serializer[Any]):

@@ -85,15 +85,20 @@ def _minute(column: str) -> Any:
     return (F.col(column).cast("long") / 60).cast("long") * 60
 
 
+def _add_minutes(result: Rollup, sums: DataFrame, names: Sequence[str]) -> None:
+    """Add per (route, topic, minute) sums, each row with the count of input rows it came from."""
+    for row in _rows(sums):
+        result.rows_in += row["rows"]
+        target = result.minute(row["route"], row["topic"], row["minute"])
+        for name in names:
+            target[name] += row[name] or 0
+
+
 def _deliveries(frame: DataFrame, result: Rollup) -> None:
     frame = frame.withColumn("minute", _minute("second"))
     keys = ("route", "topic", "minute")
     sums = frame.groupBy(*keys).agg(F.count(F.lit(1)).alias("rows"), *(F.sum(name).alias(name) for name in TRAFFIC))
-    for row in _rows(sums):
-        result.rows_in += row["rows"]
-        target = result.minute(row["route"], row["topic"], row["minute"])
-        for name in TRAFFIC:
-            target[name] += row[name] or 0
+    _add_minutes(result, sums, TRAFFIC)
     buckets = (
         frame.select(*keys, F.explode("latency").alias("bucket", "count"))
         .groupBy(*keys, "bucket")
@@ -125,11 +130,7 @@ def _sessions(frame: DataFrame, result: Rollup) -> None:
         _count(closed & (end == End.TOKEN_EXPIRED.value)).alias("token_expiries"),
         _count(closed & (end == End.ROUTE_CHANGED.value)).alias("route_changes"),
     )
-    for row in _rows(sums):
-        result.rows_in += row["rows"]
-        target = result.minute(row["route"], row["topic"], row["minute"])
-        for name in SESSION_COUNTS:
-            target[name] += row[name] or 0
+    _add_minutes(result, sums, SESSION_COUNTS)
     by_identity = (
         frame.where(closed & F.col("identity").isNotNull())
         .groupBy("route", "minute", "identity")
