@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from django.conf import settings
+from embedded import pid_alive
 
 from tests.conftest import wait_until
 from tests.servers import HOST, ROOT, VAR, free_port, url_of_test_database
@@ -37,14 +38,6 @@ def children(pid: int) -> set[int]:
         if int(fields[1]) == pid and fields[0] != "Z":
             found.add(int(entry.name))
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def start_web(port: int, **env: str) -> subprocess.Popen[bytes]:
@@ -92,7 +85,7 @@ def test_sigterm_stops_every_worker_and_exits_0(web: tuple[subprocess.Popen[byte
     workers = children(process.pid)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=20) == 0
-    assert not any(alive(pid) for pid in workers)
+    assert not any(pid_alive(pid) for pid in workers)
     assert not healthy(port)
 
 
@@ -111,7 +104,7 @@ def test_killing_the_supervisor_takes_its_workers_down(web: tuple[subprocess.Pop
     workers = children(process.pid)
     process.kill()
     process.wait()
-    wait_until(lambda: not any(alive(pid) for pid in workers), timeout=20)  # no orphan keeps the port
+    wait_until(lambda: not any(pid_alive(pid) for pid in workers), timeout=20)  # no orphan keeps the port
     assert not healthy(port)
 
 
