@@ -72,6 +72,7 @@ def _page(request: HttpRequest, template: str, route: str | None) -> HttpRespons
     points = queries.series(window, route)
     if request.GET.get("format") == "csv":
         return _csv(points, f"analytics-{route or 'all'}-{window.start:%Y%m%dT%H%M}")
+    on_route_page = template.endswith("route.html")
     context = {
         "route": route,
         "routes": queries.route_names(window),
@@ -79,8 +80,8 @@ def _page(request: HttpRequest, template: str, route: str | None) -> HttpRespons
         "range_name": range_name,
         "ranges": list(RANGES),
         "totals": queries.totals(window, route),
-        "top_routes": queries.top_routes(window),
-        "route_page": template.endswith("route.html"),
+        "top_routes": [] if on_route_page else queries.top_routes(window),  # the overview's table only
+        "route_page": on_route_page,
         "top_identities": queries.top_identities(window, route),
         "freshness": queries.freshness(),
         "series": points,
