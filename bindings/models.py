@@ -100,6 +100,18 @@ class Endpoint(models.Model):
     cors_credentials = models.BooleanField(
         default=False, help_text="Let browsers send cookies and HTTP authentication with cross-origin requests."
     )
+    max_streams_per_client = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Streams one client address may hold open on this endpoint in one web process (more get a 429); "
+        "empty: the SSE_MAX_STREAMS_PER_CLIENT setting, 0: no limit.",
+    )
+    max_streams_per_identity = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Streams one guard identity may hold open on this endpoint in one web process (more get a 429); "
+        "empty: the SSE_MAX_STREAMS_PER_IDENTITY setting, 0: no limit.",
+    )
 
     class Meta:
         ordering: ClassVar[list[str]] = ["name"]

@@ -43,6 +43,8 @@ def endpoint_representation(endpoint: Endpoint) -> dict[str, Any]:
         "keepalive_s": endpoint.keepalive_s,
         "cors_origins": list(endpoint.cors_origins),
         "cors_credentials": endpoint.cors_credentials,
+        "max_streams_per_client": endpoint.max_streams_per_client,
+        "max_streams_per_identity": endpoint.max_streams_per_identity,
     }
 
 

@@ -56,6 +56,8 @@ class EndpointSpec:
     keepalive_s: int = DEFAULT_KEEPALIVE_S
     cors_origins: tuple[str, ...] = ()  # exact origins, or "*"
     cors_credentials: bool = False
+    max_streams_per_client: int | None = None  # None: the setting's
+    max_streams_per_identity: int | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,8 @@ def endpoint_spec(endpoint: Endpoint) -> EndpointSpec:
         keepalive_s=endpoint.keepalive_s,
         cors_origins=tuple(endpoint.cors_origins),
         cors_credentials=endpoint.cors_credentials,
+        max_streams_per_client=endpoint.max_streams_per_client,
+        max_streams_per_identity=endpoint.max_streams_per_identity,
     )
 
 

@@ -297,18 +297,23 @@ def do_put_endpoint(
     keepalive_s: int = DEFAULT_KEEPALIVE_S,
     cors_origins: Sequence[str] = (),
     cors_credentials: bool = False,
+    max_streams_per_client: int | None = None,
+    max_streams_per_identity: int | None = None,
     actor: Actor = SHELL,
 ) -> Endpoint:
     """Create or replace the endpoint called `name` (idempotent)."""
     _check_shape(
         EndpointShape,
         {"name": name, "retry_ms": retry_ms, "keepalive_s": keepalive_s}
-        | {"cors_origins": cors_origins, "cors_credentials": cors_credentials},
+        | {"cors_origins": cors_origins, "cors_credentials": cors_credentials}
+        | {"max_streams_per_client": max_streams_per_client, "max_streams_per_identity": max_streams_per_identity},
     )
     endpoint = Endpoint.objects.select_for_update().filter(name=name).first() or Endpoint(name=name)
     before = None if endpoint.pk is None else endpoint_representation(endpoint)
     endpoint.retry_ms, endpoint.keepalive_s = retry_ms, keepalive_s
     endpoint.cors_origins, endpoint.cors_credentials = list(cors_origins), cors_credentials
+    endpoint.max_streams_per_client = max_streams_per_client
+    endpoint.max_streams_per_identity = max_streams_per_identity
     endpoint.full_clean()
     endpoint.save()
     record("endpoint", name, before, endpoint_representation(endpoint), actor)

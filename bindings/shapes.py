@@ -138,6 +138,8 @@ class EndpointShape(serializers.Serializer[Any]):
     keepalive_s = serializers.IntegerField(min_value=0, max_value=MAX_INT, required=False)
     cors_origins = serializers.ListField(child=Text(max_length=255), required=False)
     cors_credentials = serializers.BooleanField(required=False)
+    max_streams_per_client = serializers.IntegerField(min_value=0, max_value=MAX_INT, required=False, allow_null=True)
+    max_streams_per_identity = serializers.IntegerField(min_value=0, max_value=MAX_INT, required=False, allow_null=True)
 
 
 class GuardShape(serializers.Serializer[Any]):
