@@ -17,6 +17,7 @@ class KafkaSettings:
     metadata_timeout_s: float = 5.0
     # librdkafka prefetches up to this much per consumer (its default, 64 MiB, would dwarf a small cache).
     fetch_queue_kbytes: int = 8192
+    max_historical_readers: int = 0  # at once per process; 0: no limit
 
     def consumer_config(self) -> Config:
         """librdkafka settings for a group-less reader (``assign()`` with explicit offsets)."""

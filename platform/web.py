@@ -20,6 +20,9 @@ Settings (environment):
     extra daphne arguments, split like a shell would (for instance ``-v 0``).
 ``WEB_MAX_RESTARTS``
     how many unexpected worker exits are tolerated per minute (default 5), see below.
+``PROMETHEUS_MULTIPROC_DIR``
+    where the workers keep their metrics for ``/metrics`` to merge (default: a new directory under
+    ``var/metrics/``, removed at exit). Its files are cleared at start; a dead worker's live gauges are removed.
 
 This process opens ONE socket (``SO_REUSEADDR``, listening, non-blocking) and starts the workers as
 ``python -m streams.server --fd <fd> config.asgi:application``, handing the descriptor over with ``pass_fds``: every
@@ -40,21 +43,25 @@ restarting would only loop.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import os
 import select
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import deque
 from pathlib import Path
 from types import FrameType
 
 from django.core.exceptions import ImproperlyConfigured
+from prometheus_client import multiprocess as prometheus_multiprocess
 
 from config.env import envint, envstr
 
@@ -87,6 +94,28 @@ def listen(host: str, port: int, backlog: int) -> socket.socket:
     sock.setblocking(False)
     sock.set_inheritable(True)
     return sock
+
+
+def metrics_dir() -> Path:
+    """The directory the workers share their metrics through (streams/metrics.py), cleared of an earlier run's."""
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        directory = Path(given)
+        directory.mkdir(parents=True, exist_ok=True)
+        for old in directory.glob("*.db"):
+            old.unlink()
+    else:
+        parent = ROOT / "var" / "metrics"
+        parent.mkdir(parents=True, exist_ok=True)
+        directory = Path(tempfile.mkdtemp(prefix=f"web-{os.getpid()}-", dir=parent))
+        atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)  # the workers inherit it
+    return directory
+
+
+def forget_metrics(pid: int) -> None:
+    """A dead worker's live gauges (streams open, cache bytes) no longer count; its counters stay in the sums."""
+    prometheus_multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
 def _child_setup() -> None:
@@ -143,6 +172,7 @@ class Supervisor:
             if code is None:
                 continue
             del self.workers[pid]
+            forget_metrics(pid)
             if self.stopping:
                 continue
             log(f"worker {slot} (pid {pid}) exited unexpectedly with status {code}")
@@ -197,6 +227,7 @@ def main() -> int:
     except ValueError as exc:
         sys.exit(f"web: WEB_DAPHNE_ARGS cannot be split: {exc}")
     sock = listen(host, port, backlog)
+    metrics_dir()
     log(f"listening on {host}:{sock.getsockname()[1]} (backlog {backlog}), {processes} worker(s)")
     return Supervisor(sock, processes, extra, max_restarts).run()
 

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -49,6 +49,31 @@ log = logging.getLogger(__name__)
 
 # A write's events: each record with the bytes its event took on the wire.
 Batch = Sequence[tuple[Record, int]]
+
+
+class DeliverySink(Protocol):
+    """What a stream's pump tells of each write: the delivery log, the metrics, or both (`DeliverySinks`)."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1) -> None: ...
+
+
+class DeliverySinks:
+    """Several sinks as one: each write is told to every enabled sink."""
+
+    def __init__(self, *sinks: DeliverySink) -> None:
+        self.sinks = tuple(sink for sink in sinks if sink.enabled)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.sinks)
+
+    def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1) -> None:
+        for sink in self.sinks:
+            sink.delivered(route, topic, batch, clients)
+
 
 _BROWSERS = (  # checked in order: Edge and Opera say Chrome too, Chrome says Safari
     ("edge", re.compile(r"Edg(e|A|iOS)?/")),

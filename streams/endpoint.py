@@ -10,22 +10,20 @@ Its parts live beside it: HTTP helpers (http.py), requests that open no stream (
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import sys
 from collections.abc import Coroutine
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 
 from bindings.patterns import is_topic_name
-from bindings.selectors import EVENT_ID_KEY_AND_ETAG, SLOW_CLIENT_CONFLATE, RouteSpec
+from bindings.selectors import SLOW_CLIENT_CONFLATE, RouteSpec
 from streams import sse
 from streams.asgi import ASGIApp, Receive, Scope, Send, header, until_disconnect
-from streams.delivery_log import DeliveryLog, SessionRecord, user_agent_family
-from streams.delivery_schema import End, Start
-from streams.event_id import parse_id
-from streams.filters import compile_filters
+from streams.delivery_log import SessionRecord
+from streams.delivery_schema import End
 from streams.guards import Refusal, Session, authorise
 from streams.http import (
     MAX_LAST_EVENT_ID_BYTES,
@@ -39,10 +37,13 @@ from streams.http import (
     respond_json,
     since_param,
 )
-from streams.hub import Hub, TopicState
-from streams.kafka import KafkaUnavailableError, TopicNotFoundError
+from streams.kafka import KafkaUnavailableError, ReaderStats, TopicNotFoundError
 from streams.lease import Lease
+from streams.limits import LimitReached
+from streams.metrics import STARTS, exposition
+from streams.opening import guarded_identity, open_subscription, session_record
 from streams.pump import Pump
+from streams.reader import Source, start_source
 from streams.readiness import PROBES, checks
 from streams.routing import Match
 from streams.runtime import Runtime
@@ -50,8 +51,6 @@ from streams.runtime import runtime as process_runtime
 from streams.server import FLOW_EXTENSION
 from streams.sessions import CHALLENGE_CONTENT_TYPE, CHALLENGE_EVENT
 from streams.side_requests import challenge_response, preflight
-from streams.stats import StreamStats
-from streams.subscription import Subscription, SubscriptionOptions
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +76,9 @@ class StreamEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self._is_django(scope["path"]):
             await self.django_app(scope, receive, send)
-        elif scope["path"].startswith("/-/") or scope["path"] in PROBES:
+            return
+        self.runtime.metrics.start()
+        if scope["path"].startswith("/-/") or scope["path"] in PROBES:
             await self.internal(scope, send)
         else:
             await Stream(scope, receive, send, self.runtime).run()
@@ -87,6 +88,8 @@ class StreamEndpoint:
             await respond_json(send, 200, self.runtime.health())
         elif scope["path"] == "/healthz":
             await respond_json(send, 200, {"status": "ok"})
+        elif scope["path"] == "/metrics":
+            await self.metrics(scope, send)
         elif scope["path"] == "/readyz":
             found = await checks(self.runtime)
             failed = sorted(name for name, result in found.items() if result != "ok")
@@ -99,6 +102,21 @@ class StreamEndpoint:
                 await respond_json(send, 200, {"status": "ready", "checks": found})
         else:
             await problem(send, 404, "Not found", f"Nothing at {scope['path']}.")
+
+    async def metrics(self, scope: Scope, send: Send) -> None:
+        """The Prometheus exposition of every worker; with `SSE_METRICS_TOKEN` set, for its bearer only."""
+        token = settings.SSE_METRICS_TOKEN
+        given = header(scope, b"authorization") or b""
+        if token and not hmac.compare_digest(given, f"Bearer {token}".encode()):
+            detail = "/metrics needs `Authorization: Bearer <SSE_METRICS_TOKEN>`."
+            challenge = ((b"www-authenticate", b'Bearer realm="metrics"'),)
+            await problem(send, 401, "Unauthorized", detail, headers=challenge)
+            return
+        self.runtime.metrics.sync()
+        body, content_type = await asyncio.to_thread(exposition)
+        headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-store")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 class Stream:
@@ -127,7 +145,7 @@ class Stream:
     ) -> None:
         """A problem response, counted in the delivery log as a refusal for `reason`."""
         route = self.route.name if self.route is not None else ""
-        self.runtime.delivery_log.refused(route, status, reason)
+        self.runtime.refused(route, status, reason)
         await problem(self.send, status, title, detail, headers=(*headers, *self.cors), **extra)
 
     async def run(self) -> None:
@@ -165,7 +183,7 @@ class Stream:
         self.cors = cors_headers(candidates[0].route.endpoint, header(self.scope, b"origin"))
         authorised = await authorise(candidates, self.scope)
         if isinstance(authorised, Refusal):
-            self.runtime.delivery_log.refused(candidates[0].route.name, authorised.status, authorised.reason)
+            self.runtime.refused(candidates[0].route.name, authorised.status, authorised.reason)
             await refuse(self.send, authorised, self.cors)
             return
         matched = authorised.match
@@ -177,7 +195,15 @@ class Stream:
         except ValueError as exc:
             await self.problem(400, "Bad request", str(exc), reason="since")
             return
-        await self.serve(matched, resume, since_ms, head_only=method == "HEAD")
+        client = str((self.scope.get("client") or ("",))[0])
+        ticket = self.runtime.limits.admit(matched.route.endpoint, client, guarded_identity(matched))
+        if isinstance(ticket, LimitReached):
+            await self.problem(ticket.status, ticket.title, ticket.detail, reason=ticket.reason, headers=ticket.headers)
+            return
+        try:
+            await self.serve(matched, resume, since_ms, head_only=method == "HEAD")
+        finally:
+            self.runtime.limits.release(ticket)
 
     async def serve(self, matched: Match, resume: bytes | None, since_ms: int | None, *, head_only: bool) -> None:
         route = matched.route
@@ -187,10 +213,11 @@ class Stream:
             return
         hub = self.runtime.hub()
         delivery = self.runtime.delivery_log
+        sinks = self.runtime.deliveries
         try:
             state = await hub.topic(matched.topic)
             opened = await open_subscription(
-                hub, state, matched, resume, since_ms, stats=self.runtime.stats, log_batches=delivery.enabled
+                hub, state, matched, resume, since_ms, stats=self.runtime.stats, log_batches=sinks.enabled
             )
         except TopicNotFoundError as exc:
             await self.problem(404, "Unknown topic", str(exc), reason="unknown_topic", topic=exc.topic)
@@ -202,6 +229,15 @@ class Stream:
                 reason="kafka_unavailable", headers=((b"retry-after", b"5"),),
             )  # fmt: skip
             return
+        source = start_source(hub.cache, state.name, opened.starts)
+        if source is Source.HISTORY and not ReaderStats.room(hub.kafka):
+            retry = settings.SSE_LIMIT_RETRY_AFTER_S
+            detail = "This stream starts before what the server keeps, and every reader of older records is busy."
+            await self.problem(
+                503, "Server busy", detail, reason="max_historical_readers", headers=((b"retry-after", b"%d" % retry),)
+            )
+            return
+        STARTS.labels("hit" if source is Source.CACHE else "miss").inc()
         await self.send({"type": "http.response.start", "status": 200, "headers": [*STREAM_HEADERS, *self.cors]})
         if head_only:
             await self.send({"type": "http.response.body", "body": b""})
@@ -212,7 +248,7 @@ class Stream:
         conflate = route.slow_client == SLOW_CLIENT_CONFLATE
         pump = Pump(
             hub, state, opened.subscription, opened.starts, send=self.send, flow=flow, conflate=conflate,
-            label=route.name, stats=self.runtime.stats, log=delivery,
+            label=route.name, stats=self.runtime.stats, log=sinks,
         )  # fmt: skip
         self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump
@@ -277,7 +313,7 @@ class Registration:
     def open(self) -> None:
         stream, runtime, route = self.stream, self.runtime, self.route
         runtime.delivery_log.opened(self.session)
-        runtime.stats.open_streams += 1
+        runtime.opened(route.name, self.session.start)
         runtime.open_streams.add(stream, route, stream.path, lambda: stream.end(End.ROUTE_CHANGED))
         if runtime.routes.changed_since(route, stream.path):  # changed while this stream was set up
             stream.end(End.ROUTE_CHANGED)
@@ -288,7 +324,7 @@ class Registration:
 
     def close(self, end: End) -> None:
         stream, runtime, session = self.stream, self.runtime, self.session
-        runtime.stats.open_streams -= 1
+        runtime.closed(self.route.name, end)
         runtime.open_streams.remove(stream, self.route)
         runtime.sessions.remove(stream)
         if stream.lease is not None:
@@ -297,67 +333,3 @@ class Registration:
             pump = stream.pump
             session.events, session.bytes, session.replayed = pump.subscription.delivered, pump.written, pump.replayed
         runtime.delivery_log.closed(session, end)
-
-
-@dataclass(frozen=True)
-class Opened:
-    """A stream's subscription, where each partition starts, what it sends first, and how it started."""
-
-    subscription: Subscription
-    starts: dict[int, int]
-    preamble: bytes
-    start: Start
-    resets: int
-
-
-async def open_subscription(
-    hub: Hub,
-    state: TopicState,
-    matched: Match,
-    resume: bytes | None,
-    since_ms: int | None,
-    *,
-    stats: StreamStats,
-    log_batches: bool = False,
-) -> Opened:
-    """Where each partition starts, and the subscription that turns its records into events."""
-    route: RouteSpec = matched.route
-    resumed = parse_id(resume.decode("utf-8", errors="replace")) if resume else None
-    if resume and resumed is None:
-        stats.malformed_ids += 1
-        log.info("malformed Last-Event-ID on %s, starting fresh: %r", route.name, resume[:100])
-    positions = await hub.positions(state, resumed=resumed, start=route.start, since_ms=since_ms)
-    options = SubscriptionOptions(
-        filters=compile_filters(route.filters, matched.params, matched.guarded),
-        key_form=route.event_id == EVENT_ID_KEY_AND_ETAG,
-        compacted=state.info.compacted,
-        caught_up=route.caught_up,
-    )
-    subscription = Subscription(
-        positions.plan.progress, ends=positions.ends, starts=positions.starts, options=options, log_batches=log_batches
-    )
-    resets = positions.plan.resets
-    if resumed is not None:
-        start = Start.RESUMED
-    elif resume:
-        start = Start.MALFORMED
-    else:
-        start = Start.SINCE if since_ms is not None else Start.FRESH
-    return Opened(subscription, positions.starts, subscription.preamble(resets), start, len(resets))
-
-
-def session_record(delivery: DeliveryLog, scope: Scope, matched: Match, path: str, *, opened: Opened) -> SessionRecord:
-    """The delivery log's record of a stream: identities and addresses only as keyed hashes."""
-    identity = next((found["identity"] for found in matched.guarded.values() if found.get("identity")), None)
-    client = scope.get("client") or ("", 0)
-    return SessionRecord(
-        route=matched.route.name,
-        endpoint=matched.route.endpoint.name,
-        topic=matched.topic,
-        path=path,
-        identity=None if identity is None else delivery.keyed_hash(identity),
-        client=delivery.keyed_hash(str(client[0])),
-        user_agent=user_agent_family((header(scope, b"user-agent") or b"").decode("latin-1")),
-        start=opened.start,
-        resets=opened.resets,
-    )

@@ -14,10 +14,11 @@ import enum
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from config.kafka import KafkaSettings
 from streams.kafka import Record, record_of
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 BatchHandler = Callable[["FetchedBatch"], None]
 BATCH_BYTES = 4 * 1024 * 1024  # one batch handed to the loop holds about this much at most
 MAX_BATCHES_IN_FLIGHT = 2
+HIGHS_EVERY_S = 1.0  # how often the thread notes Kafka's end of each partition, for the fetch-lag metric
 
 Key = tuple[str, int]  # (topic, partition)
 
@@ -165,6 +167,8 @@ class ConsumerThread:
         self._thread = threading.Thread(target=self._run, name="kafka-fetcher", daemon=True)
         self._known: set[str] = set()  # topics in the consumer's metadata cache
         self._polling: dict[Key, int] = {}  # the epoch each partition is assigned under
+        self.highs: dict[Key, int] = {}  # Kafka's end of each partition, as the last fetch response said
+        self._highs_due = 0.0
 
     def start(self) -> None:
         self._running.set()
@@ -218,6 +222,7 @@ class ConsumerThread:
                     if not self._running.is_set():
                         return
                 batch = self._poll(consumer)
+                self._note_highs(consumer)
                 if batch.records or batch.eof:
                     self._loop.call_soon_threadsafe(self._deliver, batch)
                 else:
@@ -241,6 +246,21 @@ class ConsumerThread:
             command(self, consumer)
         except Exception:
             log.exception("fetcher command failed")
+
+    def _note_highs(self, consumer: Consumer) -> None:
+        """Kafka's end of each assigned partition, from what librdkafka keeps of the last fetch response (no broker
+        round trip), at most every HIGHS_EVERY_S; the loop reads `highs` (one dict swap, no lock needed)."""
+        now = time.monotonic()
+        if now < self._highs_due:
+            return
+        self._highs_due = now + HIGHS_EVERY_S
+        highs = {}
+        for key in list(self._polling):
+            with contextlib.suppress(KafkaException):
+                _, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+                if high >= 0:
+                    highs[key] = high
+        self.highs = highs
 
     def _poll(self, consumer: Consumer) -> FetchedBatch:
         batch = FetchedBatch()

@@ -296,10 +296,9 @@ async def authorise(candidates: Iterable[Match], scope: Scope) -> Authorised | R
     return refusal
 
 
-async def accepted_by_any(guards: Iterable[GuardSpec], token: str) -> bool:
-    """Whether any of `guards` verifies `token`."""
+async def accepted_by_any(guards: Iterable[GuardSpec], token: str) -> Session | None:
+    """What the first of `guards` that verifies `token` reads from it; None if none does."""
     for guard in guards:
         with contextlib.suppress(Exception):  # refused, or its keys cannot be read now
-            await verifiers.get(guard).verify(token)
-            return True
-    return False
+            return await verifiers.get(guard).verify(token)
+    return None

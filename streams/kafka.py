@@ -30,6 +30,7 @@ from streams import sse
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+READER_SLOT_POLL_S = 0.1  # how often a historical reader waiting for room looks again
 
 
 class TopicNotFoundError(Exception):
@@ -84,6 +85,11 @@ class ReaderStats:
     """Live Kafka consumers of this process other than the fetcher's (health endpoint, tests)."""
 
     historical_readers = 0
+
+    @classmethod
+    def room(cls, kafka: KafkaSettings) -> bool:
+        """Another historical reader may start now."""
+        return not kafka.max_historical_readers or cls.historical_readers < kafka.max_historical_readers
 
 
 def record_of(message: Message) -> Record:
@@ -188,6 +194,11 @@ class HistoricalReader:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def start(self, offsets: dict[int, int]) -> None:
+        """Start reading at `offsets`, once the process has room for another reader (`max_historical_readers`)."""
+        # Polled: rare (the endpoint refuses new streams past the limit; only eviction brings one here), and the
+        # readers of a process may belong to several loops (tests), which one asyncio.Event cannot serve.
+        while not ReaderStats.room(self._kafka):  # noqa: ASYNC110
+            await asyncio.sleep(READER_SLOT_POLL_S)
         ReaderStats.historical_readers += 1
         self._counted = True
         await self._run(self._start, offsets)

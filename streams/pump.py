@@ -15,7 +15,7 @@ from django.conf import settings
 
 from streams import sse
 from streams.asgi import Send
-from streams.delivery_log import DeliveryLog
+from streams.delivery_log import DeliverySink
 from streams.hub import Hub, TopicState
 from streams.reader import StreamReader
 from streams.server import Flow
@@ -99,7 +99,7 @@ class SharedWrites:
     loop: asyncio.AbstractEventLoop
     last_write: float
     written: int
-    log: DeliveryLog | None
+    log: DeliverySink | None
     shared_delivered: int  # what the last direct write delivered and shared with the group
     shared_pending: bool
     behind: bool  # conflating: the connection was full, so the next read conflates what is pending
@@ -179,7 +179,7 @@ class Pump(SharedWrites):
         conflate: bool = False,
         label: str = "",
         stats: StreamStats | None = None,
-        log: DeliveryLog | None = None,
+        log: DeliverySink | None = None,
     ) -> None:
         self.hub, self.subscription = hub, subscription
         self.reader = StreamReader(hub.cache, hub.kafka, state, subscription, starts)

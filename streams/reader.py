@@ -8,6 +8,8 @@ over to the window offset by offset, with no gap and no duplicate. Records becom
 
 from __future__ import annotations
 
+import enum
+
 from config.kafka import KafkaSettings
 from streams.cache import Cache
 from streams.hub import TopicState
@@ -115,6 +117,21 @@ class StreamReader:
         history, self.history, self.backlog = self.history, None, []
         if history is not None:
             await history.close()
+
+
+class Source(enum.Enum):
+    """Where a new stream's first records come from."""
+
+    CACHE = "cache"  # every partition's window holds its start
+    FETCH = "fetch"  # a partition not in the cache yet: the fetcher starts there
+    HISTORY = "history"  # a start before its window: a historical reader (limited per process)
+
+
+def start_source(cache: Cache, topic: str, starts: dict[int, int]) -> Source:
+    windows = {partition: cache.log(topic, partition) for partition in starts}
+    if any(window is not None and starts[p] < window.start for p, window in windows.items()):
+        return Source.HISTORY
+    return Source.CACHE if all(window is not None for window in windows.values()) else Source.FETCH
 
 
 def _within_budget(records: list[Record], budget: int) -> list[Record]:

@@ -17,7 +17,7 @@ from django.db import connection
 from streams.runtime import Runtime
 
 READY_TIMEOUT_S = 2.0
-PROBES = frozenset({"/healthz", "/readyz"})
+PROBES = frozenset({"/healthz", "/readyz", "/metrics"})  # paths of the process's own, never a route
 
 
 def _postgres() -> None:

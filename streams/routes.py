@@ -3,7 +3,9 @@
 A listener on the Channels layer hears every committed change (bindings/changes.py) and marks the table stale;
 it is then rebuilt on the next request, one query however many requests wait. A path no route matches also
 triggers a rebuild before the 404, unless the table was read after the request arrived, so a route created a
-moment ago is never refused because its announcement is still on its way; and the table is rebuilt every
+moment ago is never refused because its announcement is still on its way. Those rebuilds happen at most every
+`SSE_UNKNOWN_PATH_RELOAD_MS`: a flood of unknown paths waits for the next one and shares it, instead of sending
+a query each to the database. The table is also rebuilt every
 `MAX_AGE_S` regardless, in case an announcement was lost.
 
 An announcement also rebuilds the table at once, and each rebuild closes the open streams whose route was
@@ -19,6 +21,7 @@ import logging
 from collections.abc import Callable
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import close_old_connections
 
 from bindings.changes import CHANGES_GROUP
@@ -78,6 +81,7 @@ class RouteTable:
         self._loading_since = float("-inf")
         self._listener: asyncio.Task[None] | None = None
         self._eager: set[asyncio.Task[None]] = set()
+        self._miss_reload_at = float("-inf")  # when a path no route matched last read the table
 
     async def match(self, path: str) -> Match | None:
         """The first route matching `path`."""
@@ -93,9 +97,21 @@ class RouteTable:
         if not found and self.loaded_at < asked:
             # Maybe a route committed a moment ago, its announcement still on its way: a table read after this
             # request arrived has every route committed before it.
-            await self.reload(not_before=asked)
+            await self._reload_after_miss(asked)
             found = match_all(self.routes, path)
         return found
+
+    async def _reload_after_miss(self, asked: float) -> None:
+        """A table read after `asked`, at most one per SSE_UNKNOWN_PATH_RELOAD_MS for unknown paths: requests
+        that miss meanwhile wait for the next read and share it."""
+        loop = asyncio.get_running_loop()
+        wait = self._miss_reload_at + settings.SSE_UNKNOWN_PATH_RELOAD_MS / 1000 - loop.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
+            if self.loaded_at >= asked:  # another request's read, started after this one arrived, answers it
+                return
+        self._miss_reload_at = loop.time()
+        await self.reload(not_before=asked)
 
     async def reload(self, *, not_before: float) -> None:
         """Rebuild from the database, with a query started at `not_before` or later; concurrent callers share

@@ -5,6 +5,7 @@
 - `sessions`: the guarded streams, renewed by challenge responses from any process (streams/sessions.py);
 - `stats`: the counters the health endpoint reports;
 - `delivery_log`: what the streams delivered and refused, as Parquet for the analytics (streams/delivery_log.py);
+- `metrics`: the same, and the process's gauges, for Prometheus (streams/metrics.py);
 - `hub()`: the hub of the running event loop: fetcher, cache and fan-out (streams/hub.py), started on first use.
 
 A server process has one, `runtime`; tests may make their own.
@@ -19,9 +20,22 @@ from typing import Any
 
 from django.conf import settings
 
-from streams.delivery_log import DeliveryLog
+from streams.delivery_log import DeliveryLog, DeliverySinks
+from streams.delivery_schema import End, Start
 from streams.hub import Hub, current_hub, get_hub
 from streams.kafka import ReaderStats
+from streams.limits import RateLimit, StreamLimits
+from streams.metrics import (
+    LOG_DROPPED,
+    REFUSALS,
+    RENEWALS,
+    ROUTE_RELOADS,
+    SLOW_CLOSED,
+    STREAMS_CLOSED,
+    STREAMS_OPEN,
+    STREAMS_OPENED,
+    Metrics,
+)
 from streams.routes import OpenStreams, RouteTable
 from streams.sessions import Sessions
 from streams.stats import StreamStats
@@ -46,10 +60,37 @@ class Runtime:
     sessions: Sessions = field(default_factory=Sessions)
     stats: StreamStats = field(default_factory=StreamStats)
     delivery_log: DeliveryLog = field(default_factory=delivery_log_from_settings)
+    metrics: Metrics = field(default_factory=Metrics)
+    limits: StreamLimits = field(default_factory=StreamLimits)
+    challenges: RateLimit = field(default_factory=lambda: RateLimit("SSE_MAX_CHALLENGE_RESPONSES_PER_MIN"))
     routes: RouteTable = field(init=False)
+    deliveries: DeliverySinks = field(init=False)  # what the pumps tell of each write: log and metrics
 
     def __post_init__(self) -> None:
         self.routes = RouteTable(self.open_streams)
+        self.deliveries = DeliverySinks(self.delivery_log, self.metrics)
+        metrics = self.metrics
+        metrics.hub = current_hub
+        metrics.count(RENEWALS, lambda: self.sessions.renewed)
+        metrics.count(ROUTE_RELOADS, lambda: self.routes.reloads)
+        metrics.count(LOG_DROPPED, lambda: self.delivery_log.dropped)
+        metrics.count(SLOW_CLOSED, lambda: self.stats.closed_slow)
+
+    # --- what happens to streams, told to the delivery log and the metrics ------------------------------
+
+    def refused(self, route: str, status: int, reason: str) -> None:
+        self.delivery_log.refused(route, status, reason)
+        REFUSALS.labels(route, str(status), reason).inc()
+
+    def opened(self, route: str, start: Start) -> None:
+        self.stats.open_streams += 1
+        STREAMS_OPEN.labels(route).inc()
+        STREAMS_OPENED.labels(route, start.value).inc()
+
+    def closed(self, route: str, end: End) -> None:
+        self.stats.open_streams -= 1
+        STREAMS_OPEN.labels(route).dec()
+        STREAMS_CLOSED.labels(route, end.value).inc()
 
     def hub(self) -> Hub:
         return get_hub()

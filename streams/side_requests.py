@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING
+
+from django.conf import settings
 
 from streams.asgi import Receive, Scope, Send, header
 from streams.guards import accepted_by_any, credentials
@@ -15,6 +18,8 @@ if TYPE_CHECKING:
     from streams.runtime import Runtime
 
 log = logging.getLogger(__name__)
+
+MAX_CHALLENGE_BODY_BYTES = 4096
 
 
 async def preflight(scope: Scope, send: Send, path: str, routes: RouteTable) -> None:
@@ -36,7 +41,8 @@ async def preflight(scope: Scope, send: Send, path: str, routes: RouteTable) -> 
 
 
 async def challenge_response(scope: Scope, receive: Receive, send: Send, path: str, runtime: Runtime) -> None:
-    """A client's answer to a `challenge` event: always 204; its token renews matching streams everywhere."""
+    """A client's answer to a `challenge` event: 204, and its token renews matching streams everywhere; 413 for a
+    body (it has none by contract) over MAX_CHALLENGE_BODY_BYTES, 429 past the identity's rate."""
     routes = runtime.routes
     try:
         matched = await routes.match(path)
@@ -44,13 +50,32 @@ async def challenge_response(scope: Scope, receive: Receive, send: Send, path: s
         log.warning("challenge response: routes cannot be read", exc_info=True)
         matched = None
     cors = () if matched is None else cors_headers(matched.route.endpoint, header(scope, b"origin"))
-    while True:  # the body is empty by contract; read it to the end whatever it is
+    route = "" if matched is None else matched.route.name
+    received = 0
+    while True:  # the body is empty by contract; read it to the end whatever it is, up to a bound
         message = await receive()
+        received += len(message.get("body", b""))
+        if received > MAX_CHALLENGE_BODY_BYTES:
+            detail = f"A challenge response has no body; this one is over {MAX_CHALLENGE_BODY_BYTES} bytes."
+            runtime.refused(route, 413, "body_too_large")
+            await problem(send, 413, "Content too large", detail, headers=cors)
+            return
         if message["type"] == "http.disconnect" or not message.get("more_body"):
             break
-    await send({"type": "http.response.start", "status": 204, "headers": list(cors)})
-    await send({"type": "http.response.body", "body": b""})
     token = credentials(scope)
     # Only a token one of our guards accepts goes to every process: garbage stays here.
-    if token is not None and await accepted_by_any(routes.guards(), token):
+    session = None if token is None else await accepted_by_any(routes.guards(), token)
+    client = str((scope.get("client") or ("",))[0])
+    key = f"identity:{session.identity}" if session is not None and session.identity else f"client:{client}"
+    wait = runtime.challenges.take(key)
+    if wait:
+        retry = max(1, math.ceil(wait))
+        limit = settings.SSE_MAX_CHALLENGE_RESPONSES_PER_MIN
+        detail = f"More than {limit} challenge responses in a minute from this identity; retry in {retry} s."
+        runtime.refused(route, 429, "challenge_rate")
+        await problem(send, 429, "Too many requests", detail, headers=((b"retry-after", b"%d" % retry), *cors))
+        return
+    await send({"type": "http.response.start", "status": 204, "headers": list(cors)})
+    await send({"type": "http.response.body", "body": b""})
+    if token is not None and session is not None:
         await runtime.sessions.broadcast(token)

@@ -8,9 +8,12 @@ holds the requested offsets, one watermark lookup shared by every stream startin
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from django.conf import settings
 
 from bindings.selectors import START_LIVE
 from streams.cache import Cache
@@ -21,6 +24,7 @@ from streams.positions import StartPlan, plan_start, since_offsets
 if TYPE_CHECKING:
     from streams.hub import TopicState
 
+SINCE_KEYS_KEPT = 1024
 WATERMARKS_REUSE_S = 0.2  # streams starting together share one lookup (a reconnect storm sends one, not 10 000)
 
 
@@ -34,6 +38,8 @@ class Positions:
 class StartFinder:
     def __init__(self, metadata: Metadata, cache: Cache, loop: asyncio.AbstractEventLoop) -> None:
         self.metadata, self.cache, self.loop = metadata, cache, loop
+        # (topic, since ms) -> (when asked, the lookup): `?since=` answers shared by streams asking the same
+        self.since: OrderedDict[tuple[str, int], tuple[float, asyncio.Task[dict[int, int]]]] = OrderedDict()
 
     async def positions(
         self, state: TopicState, *, resumed: Mapping[int, int] | None, start: str, since_ms: int | None
@@ -48,8 +54,7 @@ class StartFinder:
                 marks = await self._watermarks(state, not_before=asked)
         since = None
         if since_ms is not None:
-            found = await self.metadata.offsets_for_time(state.name, state.info.partitions, since_ms)
-            since = since_offsets(found, marks)
+            since = since_offsets(await self._offsets_for_time(state, since_ms), marks)
         plan = plan_start(marks, resumed=resumed, start=start, since=since)
         starts = {p: marks[p].low if o == OFFSET_EARLIEST else o for p, o in plan.offsets.items()}
         return Positions(plan, starts, {p: m.high for p, m in marks.items()})
@@ -69,6 +74,31 @@ class StartFinder:
             raise
         state.low.update({p: m.low for p, m in marks.items()})
         return marks
+
+    async def _offsets_for_time(self, state: TopicState, since_ms: int) -> dict[int, int]:
+        """Kafka's first offset at or after `since_ms` per partition, looked up once for every stream asking the
+        same within SSE_SINCE_CACHE_S. An answer of -1 (no record yet at that time) is not kept: a record may
+        come any moment, while a found offset stays the answer (later records get later offsets)."""
+        key = (state.name, since_ms)
+        now = self.loop.time()
+        found = self.since.get(key)
+        if found is None or now - found[0] > settings.SSE_SINCE_CACHE_S:
+            lookup = self.metadata.offsets_for_time(state.name, state.info.partitions, since_ms)
+            found = self.since[key] = (now, self.loop.create_task(lookup))
+            while len(self.since) > SINCE_KEYS_KEPT:
+                self.since.popitem(last=False)
+        try:
+            offsets = await asyncio.shield(found[1])
+        except Exception:
+            self._forget(key, found)
+            raise
+        if any(offset < 0 for offset in offsets.values()):
+            self._forget(key, found)
+        return offsets
+
+    def _forget(self, key: tuple[str, int], found: tuple[float, asyncio.Task[dict[int, int]]]) -> None:
+        if self.since.get(key) is found:
+            del self.since[key]
 
     def _cached_marks(
         self, state: TopicState, resumed: Mapping[int, int] | None, start: str

@@ -9,60 +9,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-from django.conf import settings
 from embedded import pid_alive
 
 from tests.conftest import wait_until
-from tests.servers import HOST, ROOT, VAR, free_port, url_of_test_database
+from tests.servers import HOST, children, free_port, healthy, start_web
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def children(pid: int) -> set[int]:
-    """The live (not zombie) child processes of `pid`, from /proc."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.add(int(entry.name))
-    return found
-
-
-def start_web(port: int, **env: str) -> subprocess.Popen[bytes]:
-    environment = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "config.settings.test",
-        "DATABASE_URL": url_of_test_database(),
-        "REDIS_URL": settings.REDIS_URL,
-        "KAFKA_BOOTSTRAP_SERVERS": settings.KAFKA.bootstrap_servers,
-        "WEB_HOST": HOST,
-        "WEB_PORT": str(port),
-        "WEB_PROCESSES": "2",
-        **env,
-    }
-    with (VAR / "test-web-supervisor.log").open("ab") as log:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(
-            [sys.executable, "platform/web.py"], cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT
-        )
-
-
-def healthy(port: int) -> bool:
-    try:
-        return httpx.get(f"http://{HOST}:{port}/-/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @pytest.fixture

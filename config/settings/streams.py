@@ -37,3 +37,22 @@ DELIVERY_LOG_FLUSH_S = envint("DELIVERY_LOG_FLUSH_S", default=5, minimum=1, maxi
 DELIVERY_LOG_MAX_ROWS = envint("DELIVERY_LOG_MAX_ROWS", default=100_000, minimum=1000)
 # The key of the hashes that stand for identities and client addresses (default: derived from SECRET_KEY).
 DELIVERY_LOG_SALT = envstr("DELIVERY_LOG_SALT", default="")
+
+# `/metrics` (Prometheus, docs/operations.md): open to whoever reaches it, or only to `Authorization: Bearer <this>`.
+SSE_METRICS_TOKEN = envstr("SSE_METRICS_TOKEN", default="")
+
+# Limits (docs/operations.md): each refusal is a 429 or 503 problem with `retry-after: SSE_LIMIT_RETRY_AFTER_S`.
+# Streams one web process holds open at once (0: no limit); past it, a 503 sends the client to another process.
+SSE_MAX_STREAMS = envint("SSE_MAX_STREAMS", default=20_000, minimum=0)
+# Streams one client address / one guard identity may hold open per endpoint in one process (0: no limit); an
+# endpoint may set its own. Behind a proxy, run daphne with --proxy-headers so the address is the client's.
+SSE_MAX_STREAMS_PER_CLIENT = envint("SSE_MAX_STREAMS_PER_CLIENT", default=0, minimum=0)
+SSE_MAX_STREAMS_PER_IDENTITY = envint("SSE_MAX_STREAMS_PER_IDENTITY", default=0, minimum=0)
+SSE_LIMIT_RETRY_AFTER_S = envint("SSE_LIMIT_RETRY_AFTER_S", default=5, minimum=1, maximum=3600)
+# Challenge responses one identity (or, without a valid token, one address) may send per minute (0: no limit).
+SSE_MAX_CHALLENGE_RESPONSES_PER_MIN = envint("SSE_MAX_CHALLENGE_RESPONSES_PER_MIN", default=60, minimum=0)
+# A request for a path no route matches reads the route table again (a route may have been added a moment ago);
+# such reads happen at most this often per process, requests in between waiting for the next one.
+SSE_UNKNOWN_PATH_RELOAD_MS = envint("SSE_UNKNOWN_PATH_RELOAD_MS", default=500, minimum=0, maximum=60_000)
+# `?since=` lookups (Kafka's offsets for a time) are kept this long per topic and time, and shared.
+SSE_SINCE_CACHE_S = envint("SSE_SINCE_CACHE_S", default=10, minimum=0, maximum=3600)

@@ -9,6 +9,9 @@ from config.settings.base import *  # noqa: F403
 from config.settings.services import *  # noqa: F403
 from config.settings.streams import *  # noqa: F403
 
+# A shorter gap between the route-table reads that unknown paths cause, so tests of new routes wait less.
+SSE_UNKNOWN_PATH_RELOAD_MS = 100
+
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Separate test databases for runs side by side on one Postgres (TEST_DB_SUFFIX=_b pytest ...).

@@ -1,0 +1,120 @@
+"""Limits an operator sets on what one web process serves (docs/operations.md, "Limits").
+
+- streams open at once: per process (`SSE_MAX_STREAMS`, a 503: another process or node may have room), per
+  client address and per guard identity (`SSE_MAX_STREAMS_PER_CLIENT`, `SSE_MAX_STREAMS_PER_IDENTITY`, or the
+  endpoint's own values; a 429), counted per endpoint;
+- challenge responses per identity (or per client address, without a valid token) per minute (a 429).
+
+Each refusal is a problem response with `retry-after`, counted in the metrics and the delivery log under its
+reason. Counts are per process: with N workers behind one socket, a client may hold up to N times its limit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from bindings.selectors import EndpointSpec
+
+RATE_WINDOW_S = 60.0
+RATE_KEYS_KEPT = 10_000  # past this many keys, those idle for a window are forgotten
+
+
+@dataclass(frozen=True)
+class LimitReached:
+    """A refusal: the status, what the client reads, the reason counted, and when to retry."""
+
+    status: int
+    title: str
+    detail: str
+    reason: str
+    retry_after_s: int
+
+    @property
+    def headers(self) -> tuple[tuple[bytes, bytes], ...]:
+        return ((b"retry-after", str(self.retry_after_s).encode()),)
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """An admitted stream's place in the counts, given back when it ends."""
+
+    client: tuple[str, str]
+    identity: tuple[str, str] | None
+
+
+class StreamLimits:
+    def __init__(self) -> None:
+        self.open = 0
+        self.by_client: Counter[tuple[str, str]] = Counter()
+        self.by_identity: Counter[tuple[str, str]] = Counter()
+
+    def admit(self, endpoint: EndpointSpec, client: str, identity: str | None) -> Ticket | LimitReached:
+        """Count a stream about to open, or say which limit it would pass."""
+        retry = settings.SSE_LIMIT_RETRY_AFTER_S
+        if settings.SSE_MAX_STREAMS and self.open >= settings.SSE_MAX_STREAMS:
+            detail = f"This server holds its maximum of {settings.SSE_MAX_STREAMS} streams; retry in a moment."
+            return LimitReached(503, "Server busy", detail, "max_streams", retry)
+        per_client = _limit(endpoint.max_streams_per_client, settings.SSE_MAX_STREAMS_PER_CLIENT)
+        by_client = (endpoint.name, client)
+        if per_client and self.by_client[by_client] >= per_client:
+            detail = f"This client address has {per_client} streams open on this endpoint, its maximum."
+            return LimitReached(429, "Too many streams", detail, "max_streams_per_client", retry)
+        per_identity = _limit(endpoint.max_streams_per_identity, settings.SSE_MAX_STREAMS_PER_IDENTITY)
+        by_identity = None if identity is None else (endpoint.name, identity)
+        if by_identity is not None and per_identity and self.by_identity[by_identity] >= per_identity:
+            detail = f"This identity has {per_identity} streams open on this endpoint, its maximum."
+            return LimitReached(429, "Too many streams", detail, "max_streams_per_identity", retry)
+        self.open += 1
+        self.by_client[by_client] += 1
+        if by_identity is not None:
+            self.by_identity[by_identity] += 1
+        return Ticket(by_client, by_identity)
+
+    def release(self, ticket: Ticket) -> None:
+        self.open -= 1
+        _decrement(self.by_client, ticket.client)
+        if ticket.identity is not None:
+            _decrement(self.by_identity, ticket.identity)
+
+
+class RateLimit:
+    """At most `settings.<name>` events per key in any RATE_WINDOW_S (a sliding window of timestamps)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.seen: dict[str, deque[float]] = {}
+
+    def take(self, key: str, now: float | None = None) -> float:
+        """Count one event for `key`; 0 if allowed, else the seconds until one would be."""
+        limit: int = getattr(settings, self.name)
+        if not limit:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        stamps = self.seen.setdefault(key, deque())
+        while stamps and now - stamps[0] >= RATE_WINDOW_S:
+            stamps.popleft()
+        if len(stamps) >= limit:
+            return RATE_WINDOW_S - (now - stamps[0])
+        stamps.append(now)
+        self._forget_idle(now)
+        return 0.0
+
+    def _forget_idle(self, now: float) -> None:
+        if len(self.seen) > RATE_KEYS_KEPT:
+            for key in [key for key, stamps in self.seen.items() if not stamps or now - stamps[-1] >= RATE_WINDOW_S]:
+                del self.seen[key]
+
+
+def _limit(own: int | None, default: int) -> int:
+    """An endpoint's own limit when it sets one (0: none), else the setting's."""
+    return default if own is None else own
+
+
+def _decrement(counter: Counter[tuple[str, str]], key: tuple[str, str]) -> None:
+    counter[key] -= 1
+    if counter[key] <= 0:
+        del counter[key]

@@ -1,0 +1,203 @@
+"""Prometheus metrics of the web processes, served at `/metrics` (docs/operations.md lists them).
+
+Every worker of `platform/web.py` is a process of its own; `/metrics` must answer for all of them whichever one
+takes the scrape. prometheus-client's multiprocess mode does that: with `PROMETHEUS_MULTIPROC_DIR` set (web.py
+sets it), each process keeps its values in memory-mapped files there, and a scrape merges the files. Without the
+variable (a lone daphne, the tests' in-process endpoint) the values live in this process and a scrape reads them.
+
+Two kinds of update, so the data plane stays fast:
+- what happens once per stream or request (a stream opens or closes, a refusal) goes to prometheus at once;
+- what happens once per write (events, bytes, latency) is added up in dictionaries on the event loop and handed
+  to prometheus by `sync()` every second, with the process's gauges (cache, Kafka lag) and the counters other
+  parts already keep (renewals, route reloads, delivery-log drops). A scrape syncs its own process first;
+  another worker's figures are at most a second old.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import (
+    CONTENT_TYPE_PLAIN_0_0_4,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client import multiprocess as prometheus_multiprocess
+
+from streams.kafka import ReaderStats
+
+if TYPE_CHECKING:
+    from streams.delivery_log import Batch
+    from streams.hub import Hub
+
+log = logging.getLogger(__name__)
+
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+SYNC_INTERVAL_S = 1.0
+# Delivery latency (Kafka record timestamp to the write), in seconds: 1 ms to 1 min.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_BOUNDS_MS = tuple(bound * 1000 for bound in LATENCY_BUCKETS)
+
+STREAMS_OPEN = Gauge("sse_streams_open", "Streams open now, by route.", ["route"], multiprocess_mode="livesum")
+STREAMS_OPENED = Counter("sse_streams_opened", "Streams opened, by route and how they started.", ["route", "start"])
+STREAMS_CLOSED = Counter("sse_streams_closed", "Streams closed, by route and reason.", ["route", "reason"])
+EVENTS = Counter("sse_events_delivered", "Events written to clients, by route.", ["route"])
+BYTES = Counter("sse_delivered_bytes", "Event bytes written to clients, by route.", ["route"])
+LATENCY = Histogram(
+    "sse_delivery_latency_seconds",
+    "From a record's Kafka timestamp to its write to a client, per event, by route.",
+    ["route"],
+    buckets=LATENCY_BUCKETS,
+)
+REFUSALS = Counter(
+    "sse_refusals", "Stream requests refused, by route, status and reason.", ["route", "status", "reason"]
+)
+STARTS = Counter(
+    "sse_cache_starts",
+    "Streams started, by whether the cache held every partition's start (hit) or Kafka had to be read (miss).",
+    ["result"],
+)
+FETCH_LAG = Gauge(
+    "sse_kafka_fetch_lag_records",
+    "Records Kafka holds past what the fetcher brought into the cache, per topic-partition (the worst process).",
+    ["topic", "partition"],
+    multiprocess_mode="livemax",
+)
+CACHE_BYTES = Gauge("sse_cache_bytes", "Bytes of records the caches hold.", multiprocess_mode="livesum")
+CACHED_TOPICS = Gauge("sse_cached_topics", "Topics the caches hold.", multiprocess_mode="livesum")
+HISTORICAL_READERS = Gauge(
+    "sse_historical_readers", "Kafka consumers reading history older than the cache.", multiprocess_mode="livesum"
+)
+RENEWALS = Counter("sse_renewals", "Guarded streams renewed by a challenge response.")
+ROUTE_RELOADS = Counter("sse_route_reloads", "Route tables read from the database.")
+LOG_DROPPED = Counter("sse_delivery_log_dropped_rows", "Delivery-log rows dropped (buffer full or write error).")
+SLOW_CLOSED = Counter("sse_slow_clients_closed", "Streams closed because their client stopped reading.")
+
+
+class Metrics:
+    """This process's side of the metrics: the per-write tallies, and what `sync()` hands to prometheus."""
+
+    def __init__(self) -> None:
+        # route -> [events, bytes, latency sum in s, events per latency bucket (the last: over the top bound)]
+        self.tallies: dict[str, list[Any]] = {}
+        self.sources: list[tuple[Counter, Callable[[], int]]] = []  # counters another part keeps as an int
+        self._seen: dict[Counter, int] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._lags: set[tuple[str, str]] = set()
+        self.hub: Callable[[], Hub | None] = lambda: None
+
+    def count(self, counter: Counter, read: Callable[[], int]) -> None:
+        """Report `read()`, a count another part of the process keeps, as `counter`."""
+        self.sources.append((counter, read))
+
+    def start(self) -> None:
+        """Sync every second from now on, on the running loop (once)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="metrics-sync")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(SYNC_INTERVAL_S)
+            try:
+                self.sync()
+            except Exception:
+                log.exception("metrics: sync failed")
+
+    # --- the event loop's side -------------------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        return True
+
+    def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1) -> None:
+        """A write of `batch` to `clients` clients (a fan-out group writes the same bytes to each)."""
+        if not batch:
+            return
+        tally = self.tallies.get(route)
+        if tally is None:
+            tally = self.tallies[route] = [0, 0, 0.0, [0] * (len(_BOUNDS_MS) + 1)]
+        now_ms = time.time() * 1000
+        buckets = tally[3]
+        size_sum = 0
+        latency_ms = 0.0
+        for record, size in batch:
+            size_sum += size
+            late = max(now_ms - record.timestamp_ms, 0.0)
+            latency_ms += late
+            buckets[bisect_left(_BOUNDS_MS, late)] += clients
+        tally[0] += len(batch) * clients
+        tally[1] += size_sum * clients
+        tally[2] += latency_ms * clients / 1000
+
+    # --- to prometheus ---------------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Hand the tallies and the process's gauges to prometheus."""
+        tallies, self.tallies = self.tallies, {}
+        for route, (events, size, latency_s, buckets) in tallies.items():
+            EVENTS.labels(route).inc(events)
+            BYTES.labels(route).inc(size)
+            observe_many(LATENCY.labels(route), latency_s, buckets)
+        for counter, read in self.sources:
+            value = read()
+            delta = value - self._seen.get(counter, 0)
+            if delta > 0:
+                counter.inc(delta)
+            self._seen[counter] = value
+        HISTORICAL_READERS.set(ReaderStats.historical_readers)
+        hub = self.hub()
+        if hub is not None:
+            CACHE_BYTES.set(hub.cache.bytes)
+            CACHED_TOPICS.set(len(hub.topics))
+            self._set_lags(fetch_lags(hub))
+
+    def _set_lags(self, lags: dict[tuple[str, int], int]) -> None:
+        current = {(topic, str(partition)) for topic, partition in lags}
+        for gone in self._lags - current:  # dropped from the cache: no longer this process's to report
+            FETCH_LAG.remove(*gone)
+        for (topic, partition), lag in lags.items():
+            FETCH_LAG.labels(topic, str(partition)).set(lag)
+        self._lags = current
+
+
+def fetch_lags(hub: Hub) -> dict[tuple[str, int], int]:
+    """Per fetched topic-partition: Kafka's end, as the fetcher last heard it, minus the cache's next offset."""
+    lags = {}
+    for key, high in hub.fetcher.thread.highs.items():
+        window = hub.cache.log(*key)
+        if window is not None and key in hub.fetcher.partitions:
+            lags[key] = max(0, high - window.next_offset)
+    return lags
+
+
+def observe_many(histogram: Any, total: float, buckets: Iterable[int]) -> None:
+    """Add counted observations to a histogram child: `buckets[i]` events fell in bucket i, summing to `total`.
+    prometheus-client observes one value at a time; this adds to the same values its `observe()` does."""
+    for value, count in zip(histogram._buckets, buckets, strict=True):
+        if count:
+            value.inc(count)
+    histogram._sum.inc(total)
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get(MULTIPROCESS_DIR) or None
+
+
+def exposition() -> tuple[bytes, str]:
+    """The text a scrape gets: every process's values when several share a directory, else this process's."""
+    directory = multiprocess_dir()
+    if directory is None:
+        return generate_latest(REGISTRY), CONTENT_TYPE_PLAIN_0_0_4
+    registry = CollectorRegistry()
+    prometheus_multiprocess.MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    return generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4

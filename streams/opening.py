@@ -1,0 +1,89 @@
+"""How a stream opens: where each partition starts, the subscription that turns records into its events, and
+the record of it the delivery log keeps."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from bindings.selectors import EVENT_ID_KEY_AND_ETAG, RouteSpec
+from streams.asgi import Scope, header
+from streams.delivery_log import DeliveryLog, SessionRecord, user_agent_family
+from streams.delivery_schema import Start
+from streams.event_id import parse_id
+from streams.filters import compile_filters
+from streams.hub import Hub, TopicState
+from streams.routing import Match
+from streams.stats import StreamStats
+from streams.subscription import Subscription, SubscriptionOptions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A stream's subscription, where each partition starts, what it sends first, and how it started."""
+
+    subscription: Subscription
+    starts: dict[int, int]
+    preamble: bytes
+    start: Start
+    resets: int
+
+
+async def open_subscription(
+    hub: Hub,
+    state: TopicState,
+    matched: Match,
+    resume: bytes | None,
+    since_ms: int | None,
+    *,
+    stats: StreamStats,
+    log_batches: bool = False,
+) -> Opened:
+    """Where each partition starts, and the subscription that turns its records into events."""
+    route: RouteSpec = matched.route
+    resumed = parse_id(resume.decode("utf-8", errors="replace")) if resume else None
+    if resume and resumed is None:
+        stats.malformed_ids += 1
+        log.info("malformed Last-Event-ID on %s, starting fresh: %r", route.name, resume[:100])
+    positions = await hub.positions(state, resumed=resumed, start=route.start, since_ms=since_ms)
+    options = SubscriptionOptions(
+        filters=compile_filters(route.filters, matched.params, matched.guarded),
+        key_form=route.event_id == EVENT_ID_KEY_AND_ETAG,
+        compacted=state.info.compacted,
+        caught_up=route.caught_up,
+    )
+    subscription = Subscription(
+        positions.plan.progress, ends=positions.ends, starts=positions.starts, options=options, log_batches=log_batches
+    )
+    resets = positions.plan.resets
+    if resumed is not None:
+        start = Start.RESUMED
+    elif resume:
+        start = Start.MALFORMED
+    else:
+        start = Start.SINCE if since_ms is not None else Start.FRESH
+    return Opened(subscription, positions.starts, subscription.preamble(resets), start, len(resets))
+
+
+def session_record(delivery: DeliveryLog, scope: Scope, matched: Match, path: str, *, opened: Opened) -> SessionRecord:
+    """The delivery log's record of a stream: identities and addresses only as keyed hashes."""
+    identity = guarded_identity(matched)
+    client = scope.get("client") or ("", 0)
+    return SessionRecord(
+        route=matched.route.name,
+        endpoint=matched.route.endpoint.name,
+        topic=matched.topic,
+        path=path,
+        identity=None if identity is None else delivery.keyed_hash(identity),
+        client=delivery.keyed_hash(str(client[0])),
+        user_agent=user_agent_family((header(scope, b"user-agent") or b"").decode("latin-1")),
+        start=opened.start,
+        resets=opened.resets,
+    )
+
+
+def guarded_identity(matched: Match) -> str | None:
+    """The identity a guard found in the stream's token, if any."""
+    return next((found["identity"] for found in matched.guarded.values() if found.get("identity")), None)

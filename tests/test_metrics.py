@@ -1,0 +1,125 @@
+"""`/metrics`: Prometheus figures that match what clients received, merged across platform/web.py's workers, kept
+across a worker's death, and closed to scrapers without the token when one is set."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from bindings.services import do_put_route
+from tests.conftest import unique, wait_until
+from tests.servers import HOST, children, free_port, healthy, start_daphne, start_web
+from tests.sse_client import EventStream
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def scrape(url: str, **headers: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a scrape, by name and labels."""
+    response = httpx.get(f"{url}/metrics", headers=headers, timeout=10)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+
+
+def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+@pytest.fixture
+def two_workers() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """platform/web.py with two workers, each its own process and metrics, on one port."""
+    port = free_port()
+    process = start_web(port)
+    try:
+        wait_until(lambda: len(children(process.pid)) == 2 and healthy(port), timeout=60)
+        yield f"http://{HOST}:{port}", process
+    finally:
+        stop_web(process)
+
+
+def stop_web(process: subprocess.Popen[bytes]) -> None:
+    for pid in children(process.pid):
+        os.kill(pid, signal.SIGKILL)
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def test_metrics_count_what_clients_received_across_workers_and_a_worker_death(
+    two_workers: tuple[str, subprocess.Popen[bytes]],
+    new_topic: Callable[..., str],
+    produce: Callable[..., tuple[int, int]],
+) -> None:
+    url, web = two_workers
+    topic = new_topic(partitions=1)
+    route = unique("metrics")
+    do_put_route(name=route, path=f"/{route}", topic=topic)
+    received = 0
+    streams = [EventStream(f"{url}/{route}") for _ in range(4)]
+    try:
+        for stream in streams:
+            assert stream.next_block().retry is not None  # open and registered
+        wait_until(lambda: value(scrape(url), "sse_streams_open", route=route) == 4, timeout=10)
+        for n in range(5):
+            produce(topic, f"m{n}".encode())
+        for stream in streams:
+            received += len(stream.events(5))
+    finally:
+        for stream in streams:
+            stream.close()
+    assert received == 20
+
+    def settled() -> bool:
+        samples = scrape(url)
+        return (
+            value(samples, "sse_events_delivered_total", route=route) == received
+            and value(samples, "sse_streams_open", route=route) == 0
+        )
+
+    wait_until(settled, timeout=10)
+    samples = scrape(url)
+    assert value(samples, "sse_streams_opened_total", route=route, start="fresh") == 4
+    assert value(samples, "sse_streams_closed_total", route=route, reason="client_gone") == 4
+    assert value(samples, "sse_delivery_latency_seconds_count", route=route) == received
+    assert value(samples, "sse_delivery_latency_seconds_bucket", route=route, le="+Inf") == received
+    # Each event as written: an id line of a few bytes and `data:mN`.
+    assert received * len(b"data:m0\n\n") < value(samples, "sse_delivered_bytes_total", route=route) < received * 64
+    assert value(samples, "sse_kafka_fetch_lag_records", topic=topic, partition="0") == 0
+    assert value(samples, "sse_cache_bytes") > 0
+
+    assert httpx.get(f"{url}/{unique('nothing')}", timeout=10).status_code == 404
+    wait_until(lambda: value(scrape(url), "sse_refusals_total", route="", status="404", reason="no_route") == 1)
+
+    # A worker dies: its replacement starts from nothing, its counters stay in the sums.
+    victim = min(children(web.pid))
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: victim not in children(web.pid) and len(children(web.pid)) == 2, timeout=30)
+    wait_until(lambda: healthy(int(url.rsplit(":", 1)[1])), timeout=30)
+    samples = scrape(url)
+    assert value(samples, "sse_events_delivered_total", route=route) == received
+    assert value(samples, "sse_streams_open", route=route) == 0
+
+
+def test_with_a_token_set_metrics_are_for_its_bearer_only() -> None:
+    server = start_daphne({"SSE_METRICS_TOKEN": "scrape-secret"}, log_name="test-daphne-metrics")
+    try:
+        refused = httpx.get(f"{server.url}/metrics", timeout=10)
+        assert refused.status_code == 401
+        assert refused.headers["content-type"] == "application/problem+json"
+        assert refused.headers["www-authenticate"] == 'Bearer realm="metrics"'
+        wrong = httpx.get(f"{server.url}/metrics", headers={"authorization": "Bearer nope"}, timeout=10)
+        assert wrong.status_code == 401
+        assert ("sse_slow_clients_closed_total", ()) in scrape(server.url, authorization="Bearer scrape-secret")
+    finally:
+        server.stop()
