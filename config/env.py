@@ -75,6 +75,13 @@ def envint(name: str, default: int, *, minimum: int | None = None, maximum: int 
     return number
 
 
+def envchoice(name: str, choices: tuple[str, ...], default: str) -> str:
+    value = envstr(name, default).strip().lower()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r} is not one of {', '.join(choices)}.")
+    return value
+
+
 def envlist(name: str, default: list[str]) -> list[str]:
     value = _raw(name)
     if value is None:

@@ -13,13 +13,15 @@ import asyncio
 import hmac
 import logging
 import sys
-from collections.abc import Coroutine
+import time
+from collections.abc import Coroutine, MutableMapping
 from typing import Any
 
 from django.conf import settings
 
 from bindings.patterns import is_topic_name
 from bindings.selectors import SLOW_CLIENT_CONFLATE, RouteSpec
+from config.logs import log_access, new_request_id, request_id
 from streams import sse
 from streams.asgi import ASGIApp, Receive, Scope, Send, header, until_disconnect
 from streams.delivery_log import SessionRecord
@@ -74,7 +76,19 @@ class StreamEndpoint:
         return path == "/" or any(path.startswith(p) for p in settings.SSE_RESERVED_PREFIXES if p != "/-/")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self._is_django(scope["path"]):
+        if scope["type"] != "http":
+            await self.django_app(scope, receive, send)
+            return
+        # Every request's log records carry its id, and its response says it (config/logs.py).
+        given = new_request_id(header(scope, b"x-request-id"))
+        token = request_id.set(given)
+        try:
+            await self.dispatch(scope, receive, with_request_id(send, given))
+        finally:
+            request_id.reset(token)
+
+    async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._is_django(scope["path"]):
             await self.django_app(scope, receive, send)
             return
         self.runtime.metrics.start()
@@ -117,6 +131,18 @@ class StreamEndpoint:
         headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-store")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def with_request_id(send: Send, given: str) -> Send:
+    """`send`, adding `x-request-id` to the response's headers."""
+    value = given.encode("ascii")
+
+    async def sending(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), (b"x-request-id", value)]}
+        await send(message)
+
+    return sending
 
 
 class Stream:
@@ -333,3 +359,9 @@ class Registration:
             pump = stream.pump
             session.events, session.bytes, session.replayed = pump.subscription.delivered, pump.written, pump.replayed
         runtime.delivery_log.closed(session, end)
+        # daphne logs a response when it ends; a stream its client left never does: it gets its own line.
+        log_access(
+            method=stream.scope["method"], path=stream.path, status=200, bytes=session.bytes,
+            duration_ms=round((time.time() - session.opened_at) * 1000, 1), route=self.route.name,
+            end=end.value, events=session.events,
+        )  # fmt: skip

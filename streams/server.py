@@ -23,6 +23,8 @@ from twisted.internet import tcp
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
+from config.logs import log_access
+
 FLOW_EXTENSION = "sse.flow"
 # Twisted internals `Flow.write` reads. They are not public API: pyproject.toml bounds Twisted's version, and
 # tests/test_twisted_internals.py fails, naming what is gone, when a release drops one.
@@ -116,6 +118,23 @@ class FlowControlServer(Server):  # type: ignore[misc]
         # pause of the event loop that set the p99 delivery latency.
         gc.freeze()
         super().run()
+
+    def log_action(self, protocol: str, action: str, details: dict[str, Any]) -> None:
+        """daphne's access line, through logging (so LOG_FORMAT applies and the request id is on it) and without
+        the query string, which may hold a token (`access_token`). Off as daphne's is, with `-v 0`."""
+        if protocol != "http" or action != "complete":
+            super().log_action(protocol, action, details)
+            return
+        if self.action_logger is None:
+            return
+        log_access(
+            method=details.get("method"),
+            path=str(details.get("path", "")).split("?", 1)[0],
+            status=details.get("status"),
+            bytes=details.get("size"),
+            duration_ms=round(float(details.get("time_taken") or 0) * 1000, 1),
+            client=details.get("client"),
+        )
 
     def create_application(self, protocol: Any, scope: dict[str, Any]) -> Any:
         if scope.get("type") == "http" and hasattr(protocol, "registerProducer"):

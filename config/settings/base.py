@@ -8,7 +8,8 @@ from pathlib import Path
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import BASE_DIR, database_from_url, envbool, envlist, envstr
+from config.env import BASE_DIR, database_from_url, envbool, envchoice, envlist, envstr
+from config.logs import logging_config
 
 # Lets admin.ModelAdmin[Route] and the like (typed generics) work at run time.
 django_stubs_ext.monkeypatch()
@@ -132,10 +133,6 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", default="INFO")},
-}
+# Logs go to stderr, one line per record: LOG_FORMAT=plain, or json for a log pipeline (config/logs.py).
+LOG_FORMAT = envchoice("LOG_FORMAT", ("plain", "json"), default="plain")
+LOGGING = logging_config(envstr("LOG_LEVEL", default="INFO"), LOG_FORMAT)
