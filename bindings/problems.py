@@ -162,35 +162,35 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return response
 
 
-def _is_api(request: HttpRequest) -> bool:
+def is_api(request: HttpRequest) -> bool:
     return request.path.startswith(API_PREFIX)
 
 
-def _problem_response(status: int, detail: str) -> JsonResponse:
+def problem_response(status: int, detail: str) -> JsonResponse:
     return JsonResponse(problem(status, detail), status=status, content_type=PROBLEM_CONTENT_TYPE)
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     """Django's 400 (a body over DATA_UPLOAD_MAX_MEMORY_SIZE, a bad Host, ...)."""
-    if _is_api(request):
-        return _problem_response(400, "The request could not be read (too large or malformed).")
+    if is_api(request):
+        return problem_response(400, "The request could not be read (too large or malformed).")
     return defaults.bad_request(request, exception)
 
 
 def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
-    if _is_api(request):
-        return _problem_response(403, "You do not have permission to perform this action.")
+    if is_api(request):
+        return problem_response(403, "You do not have permission to perform this action.")
     return defaults.permission_denied(request, exception)
 
 
 def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     """A URL no view matches, e.g. a mistyped collection or a name that is not a slug."""
-    if _is_api(request):
-        return _problem_response(404, f"Nothing at {request.path}: see /api/v1/ for the collections.")
+    if is_api(request):
+        return problem_response(404, f"Nothing at {request.path}: see /api/v1/ for the collections.")
     return defaults.page_not_found(request, exception)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    if _is_api(request):
-        return _problem_response(500, "The server failed to answer; the error is logged.")
+    if is_api(request):
+        return problem_response(500, "The server failed to answer; the error is logged.")
     return defaults.server_error(request)

@@ -148,3 +148,15 @@ def test_the_browsable_api_keeps_its_html_page(api: Client) -> None:
     response = api.get("/api/v1/routes/nope/", HTTP_ACCEPT="text/html")
     assert response.status_code == 404
     assert response["Content-Type"].startswith("text/html")
+
+
+def test_a_body_over_the_bound_is_a_413_problem_before_any_parsing(api: Client, settings: Any) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2048
+    body = json.dumps({"name": "big", "topic": "t", "paths": ["/big"], "filler": "x" * 4096})
+    response = api.post("/api/v1/routes/", body, content_type="application/json")
+    problem = problem_of(response, 413)
+    assert "2048" in problem["detail"]
+    small = api.post(
+        "/api/v1/routes/", {"name": "small", "topic": "t", "paths": ["/small"]}, content_type="application/json"
+    )
+    assert small.status_code == 201

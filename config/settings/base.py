@@ -8,7 +8,7 @@ from pathlib import Path
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import BASE_DIR, database_from_url, envbool, envchoice, envlist, envstr
+from config.env import BASE_DIR, database_from_url, envbool, envchoice, envint, envlist, envstr
 from config.logs import logging_config
 
 # Lets admin.ModelAdmin[Route] and the like (typed generics) work at run time.
@@ -40,6 +40,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "bindings.middleware.api_body_limit",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -67,6 +68,9 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": database_from_url("DATABASE_URL", envstr("DATABASE_URL"))}
+# The largest request body the API and the admin read (an API request past it is a 413 problem).
+DATA_UPLOAD_MAX_MEMORY_SIZE = envint("API_MAX_BODY_BYTES", default=2_621_440, minimum=1024)
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
