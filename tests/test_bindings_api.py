@@ -124,9 +124,16 @@ def test_it_creates_lists_and_updates_endpoints(api: Client) -> None:
         "keepalive_s": 15,
         "cors_origins": ["https://app.example.com"],
         "cors_credentials": False,
+        "max_streams_per_client": None,
+        "max_streams_per_identity": None,
     }
     changed = api.patch("/api/v1/endpoints/app/", {"keepalive_s": 0}, content_type="application/json")
     assert changed.json()["keepalive_s"] == 0
+    limited = api.patch("/api/v1/endpoints/app/", {"max_streams_per_client": 3}, content_type="application/json")
+    assert limited.json()["max_streams_per_client"] == 3
+    negative = api.patch("/api/v1/endpoints/app/", {"max_streams_per_identity": -1}, content_type="application/json")
+    assert negative.status_code == 400
+    assert list(negative.json()["errors"]) == ["max_streams_per_identity"]
     names = [e["name"] for e in api.get("/api/v1/endpoints/").json()["results"]]
     assert names == ["app", "default"]
 
