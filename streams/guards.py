@@ -134,6 +134,10 @@ class Verifier:
             jws_header = jwt.get_unverified_header(token)
         except PyJWTError as exc:
             raise InvalidToken(f"not a JWS: {exc}") from None
+        if "crit" in jws_header:
+            # RFC 7515 §4.1.11: the signer requires extensions to be understood, and we understand none. PyJWT
+            # refuses those it does not know; this also refuses those it does (b64), which we never process.
+            raise InvalidToken(f"critical header extensions {jws_header['crit']!r} are not supported")
         key = await self.key_for(token, jws_header)
         try:
             claims = jwt.decode(

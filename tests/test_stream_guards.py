@@ -13,10 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import jwt as pyjwt
 import pytest
+from jwt.algorithms import RSAAlgorithm
 
 from bindings.services import do_put_guard, do_put_route
 from tests.conftest import unique
-from tests.jwt_keys import AUDIENCE, ISSUER, guard_fields, public_jwk, token
+from tests.jwt_keys import AUDIENCE, ISSUER, guard_fields, private_key, public_jwk, token
 from tests.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,6 +38,17 @@ def guarded_route(topic: str, guard: str, roles: list[str], **extra: object) -> 
 
 def base64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def critical(header: dict[str, object]) -> str:
+    """A token otherwise valid whose header lists `crit` extensions (RFC 7515 §4.1.11), signed by hand: PyJWT's
+    encoder drops `b64: true`."""
+    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "scope": "read", "exp": int(time.time()) + 3600}
+    signing_input = ".".join(
+        base64url(json.dumps(part).encode()) for part in ({"alg": "RS256", "kid": "k1", **header}, claims)
+    )
+    signature = RSAAlgorithm(RSAAlgorithm.SHA256).sign(signing_input.encode(), private_key())
+    return f"{signing_input}.{base64url(signature)}"
 
 
 def bearer(value: str) -> dict[str, str]:
@@ -63,8 +75,10 @@ def test_no_token_is_401_with_a_bearer_challenge_and_a_problem_body(
         lambda: token(kid="unknown"),
         lambda: token()[:-4] + "AAAA",  # a signature that does not verify
         lambda: "not-a-jwt",
+        lambda: critical({"crit": ["x"], "x": "must-be-understood"}),
+        lambda: critical({"crit": ["b64"], "b64": True}),
     ],
-    ids=["expired", "issuer", "audience", "unknown-kid", "signature", "garbage"],
+    ids=["expired", "issuer", "audience", "unknown-kid", "signature", "garbage", "crit", "crit-b64"],
 )
 def test_a_token_that_does_not_verify_is_401(
     daphne_url: str, new_topic: Callable[..., str], guard: str, make_token: Callable[[], str]
