@@ -219,7 +219,7 @@ class GuardAdmin(_Recorded, admin.ModelAdmin[Guard]):
     search_fields = ("name", "issuer", "audience")
     fields = (
         "name", "issuer", "audience", "keys", "jwks_url", "roles_claim", "identity_claim", "attributes",
-        "challenge_s", "cookie",
+        "challenge_s", "cookie", "allow_tokens_without_exp",
     )  # fmt: skip
 
     @staticmethod

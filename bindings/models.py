@@ -157,6 +157,11 @@ class Guard(models.Model):
     cookie = models.CharField(
         max_length=255, blank=True, help_text="A cookie that may carry the token (after the header and the query)."
     )
+    allow_tokens_without_exp = models.BooleanField(
+        default=False,
+        help_text="Accept tokens without an `exp` claim; their streams never end for expiry. "
+        "Off: such a token is refused (401), since nothing would ever end its streams.",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 

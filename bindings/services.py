@@ -328,6 +328,7 @@ def do_put_guard(
     attributes: Mapping[str, str] | None = None,
     challenge_s: int = 0,
     cookie: str = "",
+    allow_tokens_without_exp: bool = False,
     actor: Actor = SHELL,
 ) -> Guard:
     """Create or replace the JWT guard called `name` (idempotent); routes using it keep using it."""
@@ -341,6 +342,7 @@ def do_put_guard(
         "identity_claim": identity_claim,
         "challenge_s": challenge_s,
         "cookie": cookie,
+        "allow_tokens_without_exp": allow_tokens_without_exp,
     }
     _check_shape(GuardShape, given if attributes is None else {**given, "attributes": attributes})
     guard = Guard.objects.select_for_update().filter(name=name).first() or Guard(name=name)
@@ -350,6 +352,7 @@ def do_put_guard(
     guard.roles_claim, guard.identity_claim = roles_claim, identity_claim
     guard.attributes = dict(attributes) if isinstance(attributes, Mapping) else attributes
     guard.challenge_s, guard.cookie = challenge_s, cookie
+    guard.allow_tokens_without_exp = allow_tokens_without_exp
     guard.full_clean()
     guard.save()
     after = guard_representation(guard)

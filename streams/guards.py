@@ -7,8 +7,9 @@ the roles). Tokens come from `authorization: Bearer`, else the `access_token` qu
 the guard names.
 
 Verification follows Zilla's `jwt` guard: the token's `kid` must name a configured key whose `alg` is the
-token's; the signature, `exp`/`nbf` (no leeway), `iss` and `aud` are checked; the roles are read from a claim
-path (a list as is, a string split on whitespace), and a token without that claim authorises no guarded route.
+token's; the signature, `exp`/`nbf` (no leeway), `iss` and `aud` are checked (a token without `exp` is refused
+unless its guard allows it); the roles are read from a claim path (a list as is, a string split on whitespace),
+and a token without that claim authorises no guarded route.
 """
 
 from __future__ import annotations
@@ -147,9 +148,10 @@ class Verifier:
                 issuer=self.spec.issuer,
                 audience=self.spec.audience,
                 # As Zilla: exp and nbf, iss and aud; not iat (a provider's clock a little ahead would refuse fresh
-                # tokens), nor the types of sub and jti (the identity may come from another claim).
+                # tokens), nor the types of sub and jti (the identity may come from another claim). Unlike Zilla, exp
+                # is required unless the guard allows its absence: such a token would keep its streams open for ever.
                 options={
-                    "require": ["iss", "aud"],
+                    "require": ["iss", "aud"] if self.spec.allow_tokens_without_exp else ["iss", "aud", "exp"],
                     "verify_exp": True,
                     "verify_nbf": True,
                     "verify_iat": False,

@@ -329,6 +329,7 @@ def test_a_jwt_guard_and_its_guarded_route_import() -> None:
         "attributes": {"tenant": "org.id"},
         "challenge_s": 10,
         "cookie": "",
+        "allow_tokens_without_exp": False,
     }
     (route,) = route_specs()
     assert [(spec.name, roles) for spec, roles in route.guarded] == [("authn_jwt", ("proxy:stream",))]
@@ -477,6 +478,16 @@ def test_a_strict_export_is_zillas_schema_and_lists_what_it_left_out() -> None:
             "left out: route ops: slow_client=conflate",
         ]
     )
+
+
+def test_a_guard_accepting_tokens_without_exp_is_exported_without_it_and_imports_refusing_them() -> None:
+    do_put_guard(**jwt_keys.guard_fields("lenient", allow_tokens_without_exp=True))
+    text, notes = export_zilla()
+    assert "left out: guard lenient accepts tokens without exp (an import refuses them)" in notes
+    assert set(yaml.safe_load(text)["guards"]["lenient"]["options"]) == {"issuer", "audience", "keys"}
+    Guard.objects.all().delete()
+    do_import(text)
+    assert Guard.objects.get(name="lenient").allow_tokens_without_exp is False
 
 
 def test_export_reads_everything_in_six_queries(django_assert_num_queries: Any) -> None:

@@ -333,6 +333,24 @@ def test_a_string_exp_still_ends_the_stream_and_a_future_iat_is_accepted(
         stream.next_event(timeout=6)
 
 
+def test_a_token_without_exp_is_401_unless_the_guard_allows_it(
+    daphne_url: str, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]], guard: str
+) -> None:
+    topic = new_topic()
+    produce(topic, b"m")
+    path = guarded_route(topic, guard, ["read"])
+    response = httpx.get(daphne_url + path, headers=bearer(token(expires_in=None)), timeout=5)
+    assert response.status_code == 401
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["status"] == 401
+    lenient = unique("jwt")
+    do_put_guard(**guard_fields(lenient, allow_tokens_without_exp=True))
+    path = guarded_route(topic, lenient, ["read"])
+    with EventStream(daphne_url + path, headers=bearer(token(expires_in=None))) as stream:
+        assert stream.response.status_code == 200
+        assert stream.next_event().text == "m"
+
+
 def test_an_identity_that_makes_no_topic_name_is_404(daphne_url: str, guard: str) -> None:
     path = guarded_route(f"user-${{guarded['{guard}'].identity}}", guard, [])
     response = httpx.get(daphne_url + path, headers=bearer(token("alice@example.com")), timeout=5)
