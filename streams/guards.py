@@ -64,8 +64,9 @@ class Session:
     expires_at: float | None = None  # epoch seconds
 
     def values(self) -> dict[str, str]:
-        """The values `${guarded['<guard>'].…}` templates read."""
-        found = {"identity": self.identity or ""}
+        """The values `${guarded['<guard>'].…}` templates read: only those the token has (a route reading one it
+        lacks is refused, never rendered empty)."""
+        found = {} if self.identity is None else {"identity": self.identity}
         found.update((f"attributes.{name}", value) for name, value in self.attributes.items())
         return found
 
@@ -239,6 +240,23 @@ def route_guard_values(route: RouteSpec) -> set[tuple[str, str]]:
     return {pair for template in templates for pair in guard_values(template)}
 
 
+def lacking_values(route: RouteSpec, guarded: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """What the route's templates read that the tokens lack, each naming its claim; empty if nothing."""
+    specs = {guard.name: guard for guard, _ in route.guarded}
+    found = []
+    for guard, value in sorted(route_guard_values(route)):
+        if value in guarded.get(guard, {}):
+            continue
+        if guard not in specs:  # checked on save; refused all the same
+            found.append(f"{guard}.{value} (the route is not guarded by {guard!r})")
+        elif value == "identity":
+            found.append(f"{guard}.identity (the identity claim {specs[guard].identity_claim!r} is missing)")
+        else:
+            path = dict(specs[guard].attributes).get(value.removeprefix("attributes."), "")
+            found.append(f"{guard}.{value} (the claim {path!r} is missing)")
+    return found
+
+
 @dataclass
 class Refusal:
     """Why no route authorised a request: 401 (no or bad token) or 403 (valid, without the roles)."""
@@ -287,15 +305,11 @@ async def authorise(candidates: Iterable[Match], scope: Scope) -> Authorised | R
             sessions[guard.name] = session
         if failed is None:
             guarded = {name: session.values() for name, session in sessions.items()}
-            lacking = sorted(
-                f"{guard}.{value}"
-                for guard, value in route_guard_values(match.route)
-                if value not in guarded.get(guard, {})
-            )
+            lacking = lacking_values(match.route, guarded)
             if not lacking:
                 return Authorised(Match(match.route, match.params, guarded), sessions)
             # A template would render empty and match what it should not: the token lacks what the route reads.
-            failed = Refusal(403, f"The token lacks what this stream needs: {', '.join(lacking)}.", True)
+            failed = Refusal(403, f"The token lacks what this stream reads: {'; '.join(lacking)}.", True)
         if refusal is None or STRENGTH[failed.status] > STRENGTH[refusal.status]:
             refusal = failed
     assert refusal is not None  # noqa: S101  (candidates is never empty)

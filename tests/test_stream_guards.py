@@ -321,6 +321,25 @@ def test_a_token_lacking_a_value_the_route_reads_is_403(
     assert "attributes.tenant" in response.json()["detail"]
 
 
+def test_a_token_without_the_identity_claim_is_403_where_the_route_reads_identity(
+    daphne_url: str, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]], guard: str
+) -> None:
+    topic = new_topic()
+    produce(topic, b"keyless", key=b"")  # what an identity rendered empty would select
+    produce(topic, b"public")
+    reads = guarded_route(topic, guard, [], filters=[{"key": f"${{guarded['{guard}'].identity}}"}])
+    response = httpx.get(daphne_url + reads, headers=bearer(token(None)), timeout=5)
+    assert response.status_code == 403
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "identity claim 'sub' is missing" in response.json()["detail"]
+    in_topic = guarded_route(f"{topic}-${{guarded['{guard}'].identity}}", guard, [])
+    assert httpx.get(daphne_url + in_topic, headers=bearer(token(None)), timeout=5).status_code == 403
+    ignores = guarded_route(topic, guard, [])
+    with EventStream(daphne_url + ignores, headers=bearer(token(None))) as stream:
+        assert stream.response.status_code == 200
+        assert stream.next_event().text == "keyless"
+
+
 def test_a_string_exp_still_ends_the_stream_and_a_future_iat_is_accepted(
     daphne_url: str, new_topic: Callable[..., str], guard: str
 ) -> None:
