@@ -224,6 +224,44 @@ def test_an_unanswered_challenge_ends_the_stream_at_expiry(
             stream.next_event(timeout=6)
 
 
+@pytest.fixture
+def tenant_route(new_topic: Callable[..., str]) -> tuple[str, str]:
+    """A challenging guard's route that gives each tenant only its own records: (path, topic)."""
+    guard = unique("jwt")
+    do_put_guard(**guard_fields(guard, challenge_s=2, attributes={"tenant": "org.id"}))
+    topic = new_topic()
+    tenant = f"${{guarded['{guard}'].attributes.tenant}}"
+    return guarded_route(topic, guard, ["read"], filters=[{"headers": {"tenant": tenant}}]), topic
+
+
+def test_a_renewal_that_changes_what_the_stream_reads_does_not_extend_it(
+    daphne_url: str, tenant_route: tuple[str, str]
+) -> None:
+    path, _ = tenant_route
+    acme = token("alice", expires_in=3, org={"id": "acme"})
+    with EventStream(daphne_url + path, headers=bearer(acme), timeout=8) as stream:
+        assert stream.next_event(timeout=5).event == "challenge"
+        other_tenant = token("alice", expires_in=60, org={"id": "other"})
+        assert challenge_response(daphne_url, path, other_tenant).status_code == 204
+        with pytest.raises(StopIteration):  # ended at the first token's expiry
+            stream.next_event(timeout=6)
+
+
+def test_a_renewal_with_the_same_values_extends_the_stream(
+    daphne_url: str, tenant_route: tuple[str, str], produce: Callable[..., tuple[int, int]]
+) -> None:
+    path, topic = tenant_route
+    acme = token("alice", expires_in=3, org={"id": "acme"})
+    with EventStream(daphne_url + path, headers=bearer(acme), timeout=8) as stream:
+        assert stream.next_event(timeout=5).event == "challenge"
+        renewed = token("alice", expires_in=60, org={"id": "acme"}, name="Alice")  # a claim the route does not read
+        assert challenge_response(daphne_url, path, renewed).status_code == 204
+        time.sleep(3)  # past the first token's expiry
+        produce(topic, b"other's", headers=[("tenant", b"other")])
+        produce(topic, b"acme's", headers=[("tenant", b"acme")])
+        assert stream.next_event(timeout=5).text == "acme's"
+
+
 def test_a_token_without_identity_is_not_challenged(
     daphne_url: str, new_topic: Callable[..., str], challenging_guard: str
 ) -> None:
