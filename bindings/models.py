@@ -29,6 +29,7 @@ from bindings.patterns import (
     guard_refs,
     guard_values,
     parse_path,
+    touching_placeholders,
 )
 
 # The two `with.event.id` values Zilla accepts; they select an encoding, they are not templates.
@@ -518,6 +519,9 @@ def check_route_params(
         if route_filter is not None:
             uses.extend(((index, field), what, template) for field, what, template in route_filter.templates())
     template_errors, condition_errors = check_params(patterns, uses)
+    for where, _, template in uses:
+        for message in touching_placeholders(template):
+            template_errors.setdefault(where, []).append(message)
     if guards is not None:
         names = set(guards)
         for where, _, template in uses:

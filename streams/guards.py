@@ -30,7 +30,7 @@ import jwt
 from jwt import PyJWK, PyJWKClient
 from jwt.exceptions import PyJWKClientError, PyJWTError
 
-from bindings.patterns import guard_values
+from bindings.patterns import guard_values, inseparable_values
 from bindings.selectors import ASYMMETRIC_ALGORITHMS, GuardSpec, RouteSpec
 from streams.asgi import Scope, header
 from streams.routing import Match
@@ -231,13 +231,36 @@ def credentials(scope: Scope, cookie: str = "") -> str | None:
 STRENGTH = {401: 0, 503: 1, 403: 2}  # which refusal to answer when several routes refused
 
 
-def route_guard_values(route: RouteSpec) -> set[tuple[str, str]]:
-    """(guard, value) pairs the route's templates read, value being `identity` or `attributes.<name>`."""
+def route_templates(route: RouteSpec) -> list[str]:
+    """The route's templates: its topic, then its filters' keys, header values and value conditions."""
     templates = [route.topic]
     for spec in route.filters:
         templates.extend(t for t in (spec.key, spec.value.equals if spec.value else None) if t)
         templates.extend(value for _, value in spec.headers)
-    return {pair for template in templates for pair in guard_values(template)}
+    return templates
+
+
+def route_guard_values(route: RouteSpec) -> set[tuple[str, str]]:
+    """(guard, value) pairs the route's templates read, value being `identity` or `attributes.<name>`."""
+    return {pair for template in route_templates(route) for pair in guard_values(template)}
+
+
+def unfit(match: Match, guarded: Mapping[str, Mapping[str, str]]) -> Refusal | None:
+    """Why the route's templates cannot be filled for this request (a 403), or None."""
+    lacking = lacking_values(match.route, guarded)
+    if lacking:
+        # A template would render empty and match what it should not: the token lacks what the route reads.
+        return Refusal(403, f"The token lacks what this stream reads: {'; '.join(lacking)}.", True)
+    for template in route_templates(match.route):
+        for expression, value, char in inseparable_values(template, match.params, guarded):
+            # These values could render what another token's do (docs/contract.md §1).
+            whose = "The token's" if expression.startswith("guarded") else "The path's"
+            detail = (
+                f"{whose} ${{{expression}}} is {value!r}, which holds {char!r}: the route puts {char!r} next to it "
+                "to tell this token's values from other tokens', so it may not hold one."
+            )
+            return Refusal(403, detail, True)
+    return None
 
 
 def lacking_values(route: RouteSpec, guarded: Mapping[str, Mapping[str, str]]) -> list[str]:
@@ -305,11 +328,9 @@ async def authorise(candidates: Iterable[Match], scope: Scope) -> Authorised | R
             sessions[guard.name] = session
         if failed is None:
             guarded = {name: session.values() for name, session in sessions.items()}
-            lacking = lacking_values(match.route, guarded)
-            if not lacking:
+            failed = unfit(match, guarded)
+            if failed is None:
                 return Authorised(Match(match.route, match.params, guarded), sessions)
-            # A template would render empty and match what it should not: the token lacks what the route reads.
-            failed = Refusal(403, f"The token lacks what this stream reads: {'; '.join(lacking)}.", True)
         if refusal is None or STRENGTH[failed.status] > STRENGTH[refusal.status]:
             refusal = failed
     assert refusal is not None  # noqa: S101  (candidates is never empty)

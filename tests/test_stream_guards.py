@@ -13,9 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import jwt as pyjwt
 import pytest
+from django.conf import settings
 from jwt.algorithms import RSAAlgorithm
 
 from bindings.services import do_put_guard, do_put_route
+from streams.topics import ensure_topic
 from tests.conftest import unique
 from tests.jwt_keys import AUDIENCE, ISSUER, guard_fields, private_key, public_jwk, token
 from tests.sse_client import EventStream
@@ -376,6 +378,30 @@ def test_a_token_without_the_identity_claim_is_403_where_the_route_reads_identit
     with EventStream(daphne_url + ignores, headers=bearer(token(None))) as stream:
         assert stream.response.status_code == 200
         assert stream.next_event().text == "keyless"
+
+
+def test_a_path_parameter_cannot_reach_another_tenants_topic_through_the_separator(
+    daphne_url: str, created_topics: list[str], produce: Callable[..., tuple[int, int]], guard: str
+) -> None:
+    prefix = unique("t")
+    for tenant, stream_name in (("a-b", "x"), ("a", "y")):
+        topic = f"{prefix}-{tenant}-{stream_name}"
+        ensure_topic(settings.KAFKA, topic)
+        created_topics.append(topic)
+        produce(topic, f"{tenant}'s".encode())
+    path = "/" + unique("tenant")
+    topic = f"{prefix}-${{guarded['{guard}'].attributes.tenant}}-${{params.s}}"
+    do_put_route(name=path[1:], path=path + "/{s}", topic=topic, guarded={guard: []})
+    a, a_b = token(org={"id": "a"}), token(org={"id": "a-b"})
+    for reach in ("b-x", "b%2Dx"):  # tenant a asking for t-a-b-x, tenant a-b's topic
+        response = httpx.get(f"{daphne_url}{path}/{reach}", headers=bearer(a), timeout=5)
+        assert response.status_code == 403
+        assert response.headers["content-type"] == "application/problem+json"
+        assert "${params.s} is 'b-x', which holds '-'" in response.json()["detail"]
+    with EventStream(f"{daphne_url}{path}/x", headers=bearer(a_b)) as stream:  # a tenant holding '-' is served
+        assert stream.next_event().text == "a-b's"
+    with EventStream(f"{daphne_url}{path}/y", headers=bearer(a)) as stream:
+        assert stream.next_event().text == "a's"
 
 
 def test_a_string_exp_still_ends_the_stream_and_a_future_iat_is_accepted(
