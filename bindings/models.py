@@ -11,6 +11,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import models
@@ -190,6 +191,8 @@ class Guard(models.Model):
             add("jwks_url", "Give the keys or a JWKS URL, not both.")
         if not keys and not self.jwks_url:
             add("keys", "A guard needs its public keys, or a JWKS URL to read them from.")
+        if self.jwks_url and not self.jwks_url.lower().startswith("https://") and not settings.SSE_JWKS_ALLOW_HTTP:
+            add("jwks_url", "A JWKS URL starts with https://: keys read over plain http could be swapped on the way.")
         for field in ("roles_claim", "identity_claim"):
             value = getattr(self, field)
             if value:

@@ -27,12 +27,14 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import jwt
-from jwt import PyJWK, PyJWKClient
-from jwt.exceptions import PyJWKClientError, PyJWTError
+from django.conf import settings
+from jwt import PyJWK
+from jwt.exceptions import PyJWTError
 
 from bindings.patterns import guard_values, inseparable_values
 from bindings.selectors import ASYMMETRIC_ALGORITHMS, GuardSpec, RouteSpec
 from streams.asgi import Scope, header
+from streams.jwks import JwksClient, JwksError
 from streams.routing import Match
 
 log = logging.getLogger(__name__)
@@ -49,9 +51,8 @@ class KeysUnavailable(Exception):
 
 
 # JWKS fetches block; they get threads of their own so a slow identity provider never holds up the threads that
-# load routes.
+# load routes. Each fetch ends by SSE_JWKS_TIMEOUT_S (streams/jwks.py).
 _jwks_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="jwks")
-JWKS_TIMEOUT_S = 5
 
 
 @dataclass(frozen=True)
@@ -98,27 +99,24 @@ class Verifier:
                 self.keys[jwk["kid"]] = PyJWK(jwk, algorithm=jwk["alg"])
             except (PyJWTError, KeyError, TypeError, ValueError):
                 log.warning("guard %s: a key cannot be used and is skipped (kid %r)", spec.name, jwk.get("kid"))
-        # The key set is cached for `lifespan` and refetched on an unknown kid; no per-key cache, so a key the
-        # provider withdraws stops verifying within that time.
-        self.client = (
-            PyJWKClient(spec.jwks_url, cache_keys=False, lifespan=300, timeout=JWKS_TIMEOUT_S)
-            if spec.jwks_url
-            else None
-        )
+        self.client = JwksClient(spec.jwks_url) if spec.jwks_url else None
 
     async def key_for(self, token: str, header: Mapping[str, Any]) -> PyJWK:
         kid, alg = header.get("kid"), header.get("alg")
         if self.client is not None:
             if not isinstance(kid, str):
                 raise InvalidToken("no kid")
+            lookup = asyncio.get_running_loop().run_in_executor(_jwks_pool, self.client.signing_key, kid)
             try:
-                key = await asyncio.get_running_loop().run_in_executor(_jwks_pool, self.client.get_signing_key, kid)
-            except PyJWKClientError as exc:
-                if "Unable to find a signing key" in str(exc):
-                    raise InvalidToken(f"no key for kid {kid!r} at the JWKS URL") from None
+                # Bounded here too: a name lookup has no timeout, and a request may wait for another's fetch.
+                found = await asyncio.wait_for(lookup, timeout=2 * settings.SSE_JWKS_TIMEOUT_S)
+            except JwksError as exc:
                 raise KeysUnavailable(f"guard {self.spec.name}: JWKS: {exc}") from None
-            except (PyJWTError, ValueError, OSError) as exc:
-                raise KeysUnavailable(f"guard {self.spec.name}: JWKS: {exc}") from None
+            except TimeoutError:
+                raise KeysUnavailable(f"guard {self.spec.name}: JWKS: no answer in time") from None
+            if found is None:
+                raise InvalidToken(f"no key for kid {kid!r} at the JWKS URL")
+            key = found
             if key.algorithm_name not in ASYMMETRIC_ALGORITHMS or not getattr(key, "_jwk_data", {}).get("alg"):
                 # Zilla matches only keys that state their alg; a secret published in a JWKS would let anyone sign.
                 raise InvalidToken(f"the JWKS key {kid!r} is not a public key with an alg")

@@ -63,6 +63,24 @@ def test_a_guard_refuses_tokens_without_exp_unless_told(api: Client) -> None:
     assert list(refused.json()["errors"]) == ["allow_tokens_without_exp"]
 
 
+def test_a_plain_http_jwks_url_is_a_400_on_the_field(api: Client, settings: Any) -> None:
+    settings.SSE_JWKS_ALLOW_HTTP = False
+    body = {**GUARD, "keys": [], "jwks_url": "http://auth.example.com/jwks.json"}
+    response = api.post("/api/v1/guards/", body, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"] == {
+        "jwks_url": ["A JWKS URL starts with https://: keys read over plain http could be swapped on the way."]
+    }
+    assert (
+        api.post(
+            "/api/v1/guards/",
+            {**body, "jwks_url": "https://auth.example.com/jwks.json"},
+            content_type="application/json",
+        ).status_code
+        == 201
+    )
+
+
 def test_put_by_name_creates_a_guard_then_is_idempotent(api: Client) -> None:
     body = {key: value for key, value in GUARD.items() if key != "name"}
     first = api.put("/api/v1/guards/jwt/", body, content_type="application/json")

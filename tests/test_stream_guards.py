@@ -349,6 +349,20 @@ def test_unreadable_keys_are_a_503_not_a_500(daphne_url: str, new_topic: Callabl
     assert response.json()["status"] == 503
 
 
+def test_a_jwks_document_over_the_size_limit_is_a_503(
+    daphne_url: str, new_topic: Callable[..., str], jwks: Jwks
+) -> None:
+    jwks.body = json.dumps(
+        {"keys": [public_jwk()], "padding": "x" * 300 * 1024}
+    ).encode()  # SSE_JWKS_MAX_BYTES: 256 KiB
+    name = unique("jwks")
+    do_put_guard(**guard_fields(name, keys=[], jwks_url=jwks.url))
+    path = guarded_route(new_topic(), name, [])
+    response = httpx.get(daphne_url + path, headers=bearer(token()), timeout=15)
+    assert response.status_code == 503
+    assert response.json()["detail"] == "The keys that verify tokens for this stream cannot be read now."
+
+
 def test_a_token_lacking_a_value_the_route_reads_is_403(
     daphne_url: str, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]], guard: str
 ) -> None:
