@@ -1,6 +1,6 @@
 """Endpoints, routes, guards and the change history in the admin.
 
-Every save and delete is recorded through `bindings.services.record` (who changed what, announced to the web
+Every save and delete is recorded through `bindings.history.record` (who changed what, announced to the web
 processes after commit), as the API's writes are. A route's page has a live preview of its stream and a
 copyable `EventSource` snippet.
 
@@ -22,6 +22,7 @@ from django.forms.formsets import DELETION_FIELD_NAME
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 
+from bindings.history import Actor, record, route_state
 from bindings.models import (
     Change,
     Endpoint,
@@ -33,7 +34,6 @@ from bindings.models import (
     check_route_params,
 )
 from bindings.representations import endpoint_representation, guard_representation
-from bindings.services import Actor, record, route_state
 
 
 class _Edit:
@@ -219,7 +219,7 @@ class GuardAdmin(_Recorded, admin.ModelAdmin[Guard]):
     search_fields = ("name", "issuer", "audience")
     fields = (
         "name", "issuer", "audience", "keys", "jwks_url", "roles_claim", "identity_claim", "attributes",
-        "challenge_s", "cookie",
+        "challenge_s", "cookie", "allow_tokens_without_exp",
     )  # fmt: skip
 
     @staticmethod

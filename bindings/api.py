@@ -17,6 +17,7 @@ from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from bindings.history import Actor
 from bindings.models import (
     Change,
     Endpoint,
@@ -27,7 +28,6 @@ from bindings.models import (
 from bindings.problems import Conflict
 from bindings.representations import endpoint_representation, guard_representation, route_representation
 from bindings.services import (
-    Actor,
     do_delete_endpoint,
     do_delete_guard,
     do_delete_route,

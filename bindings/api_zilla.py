@@ -22,8 +22,8 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from bindings.history import Actor
 from bindings.problems import PROBLEM_CONTENT_TYPE, JsonErrorsView, problem, query_flag, summary
-from bindings.services import Actor
 from bindings.zilla import ZillaConfigError, do_import_zilla, export_zilla
 
 YAML_CONTENT_TYPE = "application/yaml"

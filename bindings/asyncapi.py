@@ -25,8 +25,9 @@ from bindings import yaml_documents
 from bindings.asyncapi_export import dump_yaml, export_asyncapi
 from bindings.asyncapi_plan import _plan, _PlannedRoute
 from bindings.asyncapi_schema import _DOCUMENT_KEY, _NAMED, EXTENSION
+from bindings.history import Actor
 from bindings.importing import ImportProblems, ImportResult, Write, run_import
-from bindings.services import Actor, do_put_endpoint, do_put_guard, do_put_route
+from bindings.services import do_put_endpoint, do_put_guard, do_put_route
 
 # The format's entry points. Import is here; reading channels into a plan is in asyncapi_plan.py, the export in
 # asyncapi_export.py, the mapping between our fields and the document's keys in asyncapi_schema.py.

@@ -46,6 +46,7 @@ _GUARD_KEYS: dict[str, tuple[str, type, str]] = {
     "attributes": ("attributes", dict, "an object of name -> claim path"),
     "challenge-s": ("challenge_s", int, "an integer"),
     "cookie": ("cookie", str, "a cookie name"),
+    "allow-tokens-without-exp": ("allow_tokens_without_exp", bool, "true or false"),
 }
 # Top-level x-sse-kafka: what routes refer to by name, written before the routes.
 _NAMED: dict[str, tuple[str, dict[str, tuple[str, type, str]], tuple[str, ...]]] = {

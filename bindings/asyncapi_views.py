@@ -19,8 +19,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from bindings.asyncapi import AsyncApiImportError, dump_yaml, export_asyncapi, import_asyncapi, parse_document
+from bindings.history import Actor
 from bindings.problems import JsonErrorsView, query_flag
-from bindings.services import Actor
 
 
 class YAMLRenderer(BaseRenderer):

@@ -23,7 +23,7 @@ from typing import Any
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import transaction
 
-from bindings.services import object_state
+from bindings.history import object_state
 
 Errors = dict[str, list[str]]
 

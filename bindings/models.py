@@ -11,6 +11,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import models
@@ -29,6 +30,7 @@ from bindings.patterns import (
     guard_refs,
     guard_values,
     parse_path,
+    touching_placeholders,
 )
 
 # The two `with.event.id` values Zilla accepts; they select an encoding, they are not templates.
@@ -169,6 +171,11 @@ class Guard(models.Model):
     cookie = models.CharField(
         max_length=255, blank=True, help_text="A cookie that may carry the token (after the header and the query)."
     )
+    allow_tokens_without_exp = models.BooleanField(
+        default=False,
+        help_text="Accept tokens without an `exp` claim; their streams never end for expiry. "
+        "Off: such a token is refused (401), since nothing would ever end its streams.",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -196,6 +203,8 @@ class Guard(models.Model):
             add("jwks_url", "Give the keys or a JWKS URL, not both.")
         if not keys and not self.jwks_url:
             add("keys", "A guard needs its public keys, or a JWKS URL to read them from.")
+        if self.jwks_url and not self.jwks_url.lower().startswith("https://") and not settings.SSE_JWKS_ALLOW_HTTP:
+            add("jwks_url", "A JWKS URL starts with https://: keys read over plain http could be swapped on the way.")
         for field in ("roles_claim", "identity_claim"):
             value = getattr(self, field)
             if value:
@@ -525,6 +534,9 @@ def check_route_params(
         if route_filter is not None:
             uses.extend(((index, field), what, template) for field, what, template in route_filter.templates())
     template_errors, condition_errors = check_params(patterns, uses)
+    for where, _, template in uses:
+        for message in touching_placeholders(template):
+            template_errors.setdefault(where, []).append(message)
     if guards is not None:
         names = set(guards)
         for where, _, template in uses:

@@ -8,6 +8,7 @@ Shared by validation on save (here) and by the data plane, which compiles the pa
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
@@ -195,3 +196,69 @@ def check_template(template: str, declared: frozenset[str]) -> None:
 def check_topic(template: str, declared: frozenset[str]) -> None:
     check_template(template, declared)
     check_topic_name(template)
+
+
+# --- values that cannot be told apart (docs/contract.md §1) ---------------------------------------------------
+
+
+def _parts(template: str) -> list[tuple[str, str]]:
+    """The template as (kind, text) parts: `literal` text, or a `params` / `guarded` expression (without `${}`)."""
+    parts: list[tuple[str, str]] = []
+    end = 0
+    for match in _EXPRESSION.finditer(template):
+        if match.start() > end:
+            parts.append(("literal", template[end : match.start()]))
+        expression = match.group(1)
+        parts.append(("guarded" if expression.startswith("guarded[") else "params", expression))
+        end = match.end()
+    if end < len(template):
+        parts.append(("literal", template[end:]))
+    return parts
+
+
+def touching_placeholders(template: str) -> list[str]:
+    """In a template holding a guarded value, each pair of `${...}` with nothing between them: the boundary
+    between their values could fall anywhere, so a request could move it into another token's value."""
+    parts = _parts(template)
+    if not any(kind == "guarded" for kind, _ in parts):
+        return []
+    return [
+        f"${{{left[1]}}} and ${{{right[1]}}} touch: put a separator between them (e.g. '-'), which values filled "
+        "in next to it may then not contain."
+        for left, right in itertools.pairwise(parts)
+        if left[0] != "literal" and right[0] != "literal"
+    ]
+
+
+def inseparable_values(
+    template: str, params: Mapping[str, str], guarded: Mapping[str, Mapping[str, str]]
+) -> list[tuple[str, str, str]]:
+    """The values a template holding a guarded value would be filled with that contain a character the template
+    puts right next to them, as (expression, value, character).
+
+    Each value free of its neighbours' characters can be read back from the rendered text in one way only, so
+    one token's values and a request's path parameters can never render what another token's values do (the
+    tenant `a` asking for `t-${tenant}-${params.s}` with s=`b-x` would read the topic of tenant `a-b`). A lone
+    guarded value is exempt, being the token's and not the request's: the values around it are enough to tell
+    where it ends. Placeholders that touch are refused on save (`touching_placeholders`)."""
+    parts = _parts(template)
+    guarded_parts = [index for index, (kind, _) in enumerate(parts) if kind == "guarded"]
+    if not guarded_parts:
+        return []
+    exempt = guarded_parts[0] if len(guarded_parts) == 1 else -1
+    found: list[tuple[str, str, str]] = []
+    for index, (kind, expression) in enumerate(parts):
+        if kind == "literal" or index == exempt:
+            continue
+        if kind == "params":
+            value = params.get(expression.removeprefix("params."), "")
+        else:
+            matched = _GUARDED.fullmatch(expression)
+            value = "" if matched is None else guarded.get(matched.group(1), {}).get(matched.group(2), "")
+        neighbours = []
+        if index > 0 and parts[index - 1][0] == "literal":
+            neighbours.append(parts[index - 1][1][-1])
+        if index + 1 < len(parts) and parts[index + 1][0] == "literal":
+            neighbours.append(parts[index + 1][1][0])
+        found.extend((expression, value, char) for char in dict.fromkeys(neighbours) if char in value)
+    return found

@@ -60,4 +60,5 @@ def guard_representation(guard: Guard) -> dict[str, Any]:
         "attributes": guard.attributes,
         "challenge_s": guard.challenge_s,
         "cookie": guard.cookie,
+        "allow_tokens_without_exp": guard.allow_tokens_without_exp,
     }

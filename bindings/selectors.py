@@ -91,12 +91,13 @@ class GuardSpec:
     attributes: tuple[tuple[str, str], ...] = ()
     challenge_s: int = 0
     cookie: str = ""
+    allow_tokens_without_exp: bool = False
 
     def verification(self) -> tuple[object, ...]:
         """What decides which tokens the guard accepts and what it reads from them."""
         return (
             self.issuer, self.audience, self.keys, self.jwks_url, self.roles_claim, self.identity_claim,
-            self.attributes,
+            self.attributes, self.allow_tokens_without_exp,
         )  # fmt: skip
 
 
@@ -146,6 +147,7 @@ def guard_spec(guard: Guard) -> GuardSpec:
         attributes=tuple(sorted(guard.attributes.items())),
         challenge_s=guard.challenge_s,
         cookie=guard.cookie,
+        allow_tokens_without_exp=guard.allow_tokens_without_exp,
     )
 
 

@@ -13,7 +13,6 @@ bad field: a route's own fields (`topic`, `endpoint`, ...), `paths` / `paths[i]`
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
@@ -21,6 +20,7 @@ from django.db import transaction
 from rest_framework.serializers import Serializer
 
 from bindings import changes
+from bindings.history import SHELL, Actor, record, route_state
 from bindings.models import (
     DEFAULT_ENDPOINT,
     DEFAULT_IDENTITY_CLAIM,
@@ -30,7 +30,6 @@ from bindings.models import (
     EVENT_ID_ETAG,
     SLOW_CLIENT_CLOSE,
     START_HISTORICAL,
-    Change,
     Endpoint,
     Guard,
     Route,
@@ -39,59 +38,13 @@ from bindings.models import (
     RouteGuard,
     check_route_params,
     default_endpoint,
-    routes_in_order,
 )
-from bindings.representations import endpoint_representation, guard_representation, route_representation
+from bindings.representations import endpoint_representation, guard_representation
 from bindings.shapes import EndpointShape, FilterShape, GuardShape, RouteShape, problems
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who writes: a user name (or a command's), and through what (admin, api, import, command, shell)."""
-
-    name: str
-    source: str
-
-    @classmethod
-    def of(cls, user: Any, source: str) -> Actor:
-        """The actor for a Django user (anonymous users are named so)."""
-        name = getattr(user, "get_username", lambda: "")() or "anonymous"
-        return cls(name=name, source=source)
-
-
-SHELL = Actor(name="shell", source="shell")
 
 Errors = dict[str, list[str]]
 
 _FILTER_FIELDS = {"key": "key", "headers": "headers", "value_path": "value.path", "value_equals": "value.equals"}
-
-
-def record(kind: str, name: str, before: dict[str, Any] | None, after: dict[str, Any] | None, actor: Actor) -> None:
-    """Note a write in the history and announce it after commit; a write that changed nothing is not noted."""
-    if before == after:
-        return
-    action = Change.Action.CREATE if before is None else Change.Action.DELETE if after is None else Change.Action.UPDATE
-    Change.objects.create(
-        actor=actor.name[:150], source=actor.source, action=action, kind=kind, name=name, before=before, after=after
-    )
-    changes.announce_after_commit(kind, name)
-
-
-def route_state(name: str) -> dict[str, Any] | None:
-    """The route called `name` as the API shows it, or None."""
-    route = routes_in_order().filter(name=name).first()
-    return None if route is None else route_representation(route)
-
-
-def object_state(kind: str, name: str) -> dict[str, Any] | None:
-    """The endpoint, guard or route (`kind`) called `name` as the API shows it, or None."""
-    if kind == "route":
-        return route_state(name)
-    if kind == "endpoint":
-        endpoint = Endpoint.objects.filter(name=name).first()
-        return None if endpoint is None else endpoint_representation(endpoint)
-    guard = Guard.objects.filter(name=name).first()
-    return None if guard is None else guard_representation(guard)
 
 
 def _check_shape(shape: type[Serializer[Any]], values: Mapping[str, Any], errors: Errors | None = None) -> None:
@@ -302,18 +255,16 @@ def do_put_endpoint(
     actor: Actor = SHELL,
 ) -> Endpoint:
     """Create or replace the endpoint called `name` (idempotent)."""
-    _check_shape(
-        EndpointShape,
-        {"name": name, "retry_ms": retry_ms, "keepalive_s": keepalive_s}
-        | {"cors_origins": cors_origins, "cors_credentials": cors_credentials}
-        | {"max_streams_per_client": max_streams_per_client, "max_streams_per_identity": max_streams_per_identity},
-    )
+    values = {"retry_ms": retry_ms, "keepalive_s": keepalive_s, "cors_origins": list(cors_origins)} | {
+        "cors_credentials": cors_credentials,
+        "max_streams_per_client": max_streams_per_client,
+        "max_streams_per_identity": max_streams_per_identity,
+    }
+    _check_shape(EndpointShape, {"name": name, **values})
     endpoint = Endpoint.objects.select_for_update().filter(name=name).first() or Endpoint(name=name)
     before = None if endpoint.pk is None else endpoint_representation(endpoint)
-    endpoint.retry_ms, endpoint.keepalive_s = retry_ms, keepalive_s
-    endpoint.cors_origins, endpoint.cors_credentials = list(cors_origins), cors_credentials
-    endpoint.max_streams_per_client = max_streams_per_client
-    endpoint.max_streams_per_identity = max_streams_per_identity
+    for field, value in values.items():
+        setattr(endpoint, field, value)
     endpoint.full_clean()
     endpoint.save()
     record("endpoint", name, before, endpoint_representation(endpoint), actor)
@@ -333,6 +284,7 @@ def do_put_guard(
     attributes: Mapping[str, str] | None = None,
     challenge_s: int = 0,
     cookie: str = "",
+    allow_tokens_without_exp: bool = False,
     actor: Actor = SHELL,
 ) -> Guard:
     """Create or replace the JWT guard called `name` (idempotent); routes using it keep using it."""
@@ -346,6 +298,7 @@ def do_put_guard(
         "identity_claim": identity_claim,
         "challenge_s": challenge_s,
         "cookie": cookie,
+        "allow_tokens_without_exp": allow_tokens_without_exp,
     }
     _check_shape(GuardShape, given if attributes is None else {**given, "attributes": attributes})
     guard = Guard.objects.select_for_update().filter(name=name).first() or Guard(name=name)
@@ -355,6 +308,7 @@ def do_put_guard(
     guard.roles_claim, guard.identity_claim = roles_claim, identity_claim
     guard.attributes = dict(attributes) if isinstance(attributes, Mapping) else attributes
     guard.challenge_s, guard.cookie = challenge_s, cookie
+    guard.allow_tokens_without_exp = allow_tokens_without_exp
     guard.full_clean()
     guard.save()
     after = guard_representation(guard)

@@ -157,6 +157,9 @@ class GuardShape(serializers.Serializer[Any]):
     attributes = serializers.DictField(child=Text(), required=False)
     challenge_s = serializers.IntegerField(min_value=0, max_value=MAX_INT, required=False)
     cookie = Text(max_length=255, required=False, allow_blank=True)
+    allow_tokens_without_exp = serializers.BooleanField(
+        required=False, help_text="Accept tokens without an `exp` claim (default false: they are refused)."
+    )
 
 
 def problems(shape: serializers.Serializer[Any], prefix: str = "") -> Errors:

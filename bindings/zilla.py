@@ -38,6 +38,7 @@ from functools import partial
 from typing import Any
 
 from bindings import yaml_documents
+from bindings.history import Actor, route_state
 from bindings.importing import ImportResult, Write, run_import
 from bindings.models import (
     DEFAULT_KEEPALIVE_S,
@@ -47,14 +48,7 @@ from bindings.models import (
     Guard,
     Route,
 )
-from bindings.services import (
-    Actor,
-    do_delete_route,
-    do_put_endpoint,
-    do_put_guard,
-    do_put_route,
-    route_state,
-)
+from bindings.services import do_delete_route, do_put_endpoint, do_put_guard, do_put_route
 from bindings.zilla_export import export_zilla
 from bindings.zilla_guards import _plan_guard
 from bindings.zilla_plan import (

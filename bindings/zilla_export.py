@@ -50,6 +50,9 @@ def export_zilla(name: str = "sse-platform", *, strict: bool = False) -> tuple[s
             options["challenge"] = guard.challenge_s
         if guard.cookie and extension(f"guard {guard.name}: cookie {guard.cookie}"):
             options["cookie"] = guard.cookie
+        if guard.allow_tokens_without_exp:
+            # Not even as an extension: an import keeps the default and refuses them, the safe way to be wrong.
+            notes.append(f"left out: guard {guard.name} accepts tokens without exp (an import refuses them)")
         guards[guard.name] = {"type": "jwt", "options": options}
 
     bindings: dict[str, Any] = {}

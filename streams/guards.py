@@ -7,8 +7,9 @@ the roles). Tokens come from `authorization: Bearer`, else the `access_token` qu
 the guard names.
 
 Verification follows Zilla's `jwt` guard: the token's `kid` must name a configured key whose `alg` is the
-token's; the signature, `exp`/`nbf` (no leeway), `iss` and `aud` are checked; the roles are read from a claim
-path (a list as is, a string split on whitespace), and a token without that claim authorises no guarded route.
+token's; the signature, `exp`/`nbf` (no leeway), `iss` and `aud` are checked (a token without `exp` is refused
+unless its guard allows it); the roles are read from a claim path (a list as is, a string split on whitespace),
+and a token without that claim authorises no guarded route.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import jwt
-from jwt import PyJWK, PyJWKClient
-from jwt.exceptions import PyJWKClientError, PyJWTError
+from django.conf import settings
+from jwt import PyJWK
+from jwt.exceptions import PyJWTError
 
-from bindings.patterns import guard_values
+from bindings.patterns import guard_values, inseparable_values
 from bindings.selectors import ASYMMETRIC_ALGORITHMS, GuardSpec, RouteSpec
 from streams.asgi import Scope, header
+from streams.jwks import JwksClient, JwksError
 from streams.routing import Match
 
 log = logging.getLogger(__name__)
@@ -48,9 +51,8 @@ class KeysUnavailable(Exception):
 
 
 # JWKS fetches block; they get threads of their own so a slow identity provider never holds up the threads that
-# load routes.
+# load routes. Each fetch ends by SSE_JWKS_TIMEOUT_S (streams/jwks.py).
 _jwks_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="jwks")
-JWKS_TIMEOUT_S = 5
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,9 @@ class Session:
     expires_at: float | None = None  # epoch seconds
 
     def values(self) -> dict[str, str]:
-        """The values `${guarded['<guard>'].…}` templates read."""
-        found = {"identity": self.identity or ""}
+        """The values `${guarded['<guard>'].…}` templates read: only those the token has (a route reading one it
+        lacks is refused, never rendered empty)."""
+        found = {} if self.identity is None else {"identity": self.identity}
         found.update((f"attributes.{name}", value) for name, value in self.attributes.items())
         return found
 
@@ -96,27 +99,24 @@ class Verifier:
                 self.keys[jwk["kid"]] = PyJWK(jwk, algorithm=jwk["alg"])
             except (PyJWTError, KeyError, TypeError, ValueError):
                 log.warning("guard %s: a key cannot be used and is skipped (kid %r)", spec.name, jwk.get("kid"))
-        # The key set is cached for `lifespan` and refetched on an unknown kid; no per-key cache, so a key the
-        # provider withdraws stops verifying within that time.
-        self.client = (
-            PyJWKClient(spec.jwks_url, cache_keys=False, lifespan=300, timeout=JWKS_TIMEOUT_S)
-            if spec.jwks_url
-            else None
-        )
+        self.client = JwksClient(spec.jwks_url) if spec.jwks_url else None
 
     async def key_for(self, token: str, header: Mapping[str, Any]) -> PyJWK:
         kid, alg = header.get("kid"), header.get("alg")
         if self.client is not None:
             if not isinstance(kid, str):
                 raise InvalidToken("no kid")
+            lookup = asyncio.get_running_loop().run_in_executor(_jwks_pool, self.client.signing_key, kid)
             try:
-                key = await asyncio.get_running_loop().run_in_executor(_jwks_pool, self.client.get_signing_key, kid)
-            except PyJWKClientError as exc:
-                if "Unable to find a signing key" in str(exc):
-                    raise InvalidToken(f"no key for kid {kid!r} at the JWKS URL") from None
+                # Bounded here too: a name lookup has no timeout, and a request may wait for another's fetch.
+                found = await asyncio.wait_for(lookup, timeout=2 * settings.SSE_JWKS_TIMEOUT_S)
+            except JwksError as exc:
                 raise KeysUnavailable(f"guard {self.spec.name}: JWKS: {exc}") from None
-            except (PyJWTError, ValueError, OSError) as exc:
-                raise KeysUnavailable(f"guard {self.spec.name}: JWKS: {exc}") from None
+            except TimeoutError:
+                raise KeysUnavailable(f"guard {self.spec.name}: JWKS: no answer in time") from None
+            if found is None:
+                raise InvalidToken(f"no key for kid {kid!r} at the JWKS URL")
+            key = found
             if key.algorithm_name not in ASYMMETRIC_ALGORITHMS or not getattr(key, "_jwk_data", {}).get("alg"):
                 # Zilla matches only keys that state their alg; a secret published in a JWKS would let anyone sign.
                 raise InvalidToken(f"the JWKS key {kid!r} is not a public key with an alg")
@@ -134,6 +134,10 @@ class Verifier:
             jws_header = jwt.get_unverified_header(token)
         except PyJWTError as exc:
             raise InvalidToken(f"not a JWS: {exc}") from None
+        if "crit" in jws_header:
+            # RFC 7515 §4.1.11: the signer requires extensions to be understood, and we understand none. PyJWT
+            # refuses those it does not know; this also refuses those it does (b64), which we never process.
+            raise InvalidToken(f"critical header extensions {jws_header['crit']!r} are not supported")
         key = await self.key_for(token, jws_header)
         try:
             claims = jwt.decode(
@@ -143,9 +147,10 @@ class Verifier:
                 issuer=self.spec.issuer,
                 audience=self.spec.audience,
                 # As Zilla: exp and nbf, iss and aud; not iat (a provider's clock a little ahead would refuse fresh
-                # tokens), nor the types of sub and jti (the identity may come from another claim).
+                # tokens), nor the types of sub and jti (the identity may come from another claim). Unlike Zilla, exp
+                # is required unless the guard allows its absence: such a token would keep its streams open for ever.
                 options={
-                    "require": ["iss", "aud"],
+                    "require": ["iss", "aud"] if self.spec.allow_tokens_without_exp else ["iss", "aud", "exp"],
                     "verify_exp": True,
                     "verify_nbf": True,
                     "verify_iat": False,
@@ -224,13 +229,53 @@ def credentials(scope: Scope, cookie: str = "") -> str | None:
 STRENGTH = {401: 0, 503: 1, 403: 2}  # which refusal to answer when several routes refused
 
 
-def route_guard_values(route: RouteSpec) -> set[tuple[str, str]]:
-    """(guard, value) pairs the route's templates read, value being `identity` or `attributes.<name>`."""
+def route_templates(route: RouteSpec) -> list[str]:
+    """The route's templates: its topic, then its filters' keys, header values and value conditions."""
     templates = [route.topic]
     for spec in route.filters:
         templates.extend(t for t in (spec.key, spec.value.equals if spec.value else None) if t)
         templates.extend(value for _, value in spec.headers)
-    return {pair for template in templates for pair in guard_values(template)}
+    return templates
+
+
+def route_guard_values(route: RouteSpec) -> set[tuple[str, str]]:
+    """(guard, value) pairs the route's templates read, value being `identity` or `attributes.<name>`."""
+    return {pair for template in route_templates(route) for pair in guard_values(template)}
+
+
+def unfit(match: Match, guarded: Mapping[str, Mapping[str, str]]) -> Refusal | None:
+    """Why the route's templates cannot be filled for this request (a 403), or None."""
+    lacking = lacking_values(match.route, guarded)
+    if lacking:
+        # A template would render empty and match what it should not: the token lacks what the route reads.
+        return Refusal(403, f"The token lacks what this stream reads: {'; '.join(lacking)}.", True)
+    for template in route_templates(match.route):
+        for expression, value, char in inseparable_values(template, match.params, guarded):
+            # These values could render what another token's do (docs/contract.md §1).
+            whose = "The token's" if expression.startswith("guarded") else "The path's"
+            detail = (
+                f"{whose} ${{{expression}}} is {value!r}, which holds {char!r}: the route puts {char!r} next to it "
+                "to tell this token's values from other tokens', so it may not hold one."
+            )
+            return Refusal(403, detail, True)
+    return None
+
+
+def lacking_values(route: RouteSpec, guarded: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """What the route's templates read that the tokens lack, each naming its claim; empty if nothing."""
+    specs = {guard.name: guard for guard, _ in route.guarded}
+    found = []
+    for guard, value in sorted(route_guard_values(route)):
+        if value in guarded.get(guard, {}):
+            continue
+        if guard not in specs:  # checked on save; refused all the same
+            found.append(f"{guard}.{value} (the route is not guarded by {guard!r})")
+        elif value == "identity":
+            found.append(f"{guard}.identity (the identity claim {specs[guard].identity_claim!r} is missing)")
+        else:
+            path = dict(specs[guard].attributes).get(value.removeprefix("attributes."), "")
+            found.append(f"{guard}.{value} (the claim {path!r} is missing)")
+    return found
 
 
 @dataclass
@@ -281,15 +326,9 @@ async def authorise(candidates: Iterable[Match], scope: Scope) -> Authorised | R
             sessions[guard.name] = session
         if failed is None:
             guarded = {name: session.values() for name, session in sessions.items()}
-            lacking = sorted(
-                f"{guard}.{value}"
-                for guard, value in route_guard_values(match.route)
-                if value not in guarded.get(guard, {})
-            )
-            if not lacking:
+            failed = unfit(match, guarded)
+            if failed is None:
                 return Authorised(Match(match.route, match.params, guarded), sessions)
-            # A template would render empty and match what it should not: the token lacks what the route reads.
-            failed = Refusal(403, f"The token lacks what this stream needs: {', '.join(lacking)}.", True)
         if refusal is None or STRENGTH[failed.status] > STRENGTH[refusal.status]:
             refusal = failed
     assert refusal is not None  # noqa: S101  (candidates is never empty)

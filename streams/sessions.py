@@ -5,6 +5,11 @@ client answers with a POST to any stream path, `content-type: application/x-chal
 token; the answer is always 204. The token is broadcast on the Channels layer, so every web process hears it:
 each verifies it with the guards of its open streams, and a valid token with the same identity, whose roles
 still satisfy a stream's route, extends that stream. Tokens without an identity are never challenged.
+
+A renewal extends a stream only if it gives the same value for every attribute the stream's topic and filters
+read: the stream was opened for those values, and rendering its templates anew mid-stream would mix two
+selections in one event sequence. Such a renewal is ignored for that stream, which ends when its old token
+expires; the client reconnects with the new token and is served what the new values select.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Protocol
 from channels.layers import get_channel_layer
 
 from bindings.selectors import GuardSpec, RouteSpec
-from streams.guards import Session, verifiers
+from streams.guards import Session, route_guard_values, verifiers
 from streams.listen import listen
 
 log = logging.getLogger(__name__)
@@ -34,6 +39,12 @@ class GuardedStream(Protocol):
     sessions: dict[str, Session]
 
     def reauthorised(self) -> None: ...
+
+
+def changes(old: Session, new: Session, reads: set[str]) -> list[str]:
+    """Which of the values `reads` (`identity`, `attributes.<name>`) the new token gives otherwise than the old."""
+    before, after = old.values(), new.values()
+    return sorted(value for value in reads if before.get(value) != after.get(value))
 
 
 class Sessions:
@@ -63,11 +74,15 @@ class Sessions:
                 guards[guard] = await verifiers.get(guard).verify(token)
         for stream in list(self.streams):
             renewed = False
+            reads = route_guard_values(stream.route) if stream.route else set()
             for guard, roles in stream.route.guarded if stream.route else ():
                 new, old = guards.get(guard), stream.sessions.get(guard.name)
                 if new is None or old is None or new.identity is None or new.identity != old.identity:
                     continue
                 if new.roles is None or not set(roles) <= new.roles:
+                    continue
+                if changed := changes(old, new, {value for name, value in reads if name == guard.name}):
+                    log.info("a renewal changes %s, which the stream reads: not extended", changed)
                     continue
                 if old.expires_at is not None and (new.expires_at is None or new.expires_at > old.expires_at):
                     stream.sessions[guard.name] = new

@@ -31,13 +31,15 @@ def token(
     *,
     scope: str | list[str] = "read",
     kid: str = "k1",
-    expires_in: float = 3600,
+    expires_in: float | None = 3600,
     issuer: str = ISSUER,
     audience: str = AUDIENCE,
     **claims: Any,
 ) -> str:
     now = int(time.time())
-    payload: dict[str, Any] = {"iss": issuer, "aud": audience, "iat": now, "exp": now + expires_in, **claims}
+    payload: dict[str, Any] = {"iss": issuer, "aud": audience, "iat": now, **claims}
+    if expires_in is not None:  # None: a token without exp
+        payload.setdefault("exp", now + expires_in)
     if sub is not None:
         payload["sub"] = sub
     if scope is not None:

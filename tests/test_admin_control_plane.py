@@ -76,6 +76,18 @@ def test_the_admin_shows_a_bad_guard_on_the_field(
     assert not Guard.objects.exists()
 
 
+def test_the_admin_refuses_a_plain_http_jwks_url(admin_client: Client, settings: Any) -> None:
+    settings.SSE_JWKS_ALLOW_HTTP = False
+    response = admin_client.post(
+        "/admin/bindings/guard/add/", guard_form(keys="[]", jwks_url="http://auth.example.com/jwks.json")
+    )
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {
+        "jwks_url": ["A JWKS URL starts with https://: keys read over plain http could be swapped on the way."]
+    }
+    assert not Guard.objects.exists()
+
+
 def test_a_route_guarded_in_the_admin_may_use_its_guard_in_templates_and_no_other(admin_client: Client) -> None:
     guard = do_put_guard(**guard_fields("jwt"))
     other = do_put_guard(**guard_fields("other"))

@@ -25,6 +25,7 @@ GUARD: dict[str, Any] = {
     "attributes": {"tenant": "org.id"},
     "challenge_s": 0,
     "cookie": "",
+    "allow_tokens_without_exp": False,
 }
 
 
@@ -48,6 +49,36 @@ def test_it_creates_shows_replaces_and_deletes_a_guard(api: Client) -> None:
     assert (patched.status_code, patched.json()["challenge_s"], patched.json()["audience"]) == (200, 30, "other")
     assert api.delete("/api/v1/guards/jwt/").status_code == 204
     assert not Guard.objects.exists()
+
+
+def test_a_guard_refuses_tokens_without_exp_unless_told(api: Client) -> None:
+    body = {key: value for key, value in GUARD.items() if key != "allow_tokens_without_exp"}
+    created = api.post("/api/v1/guards/", body, content_type="application/json")
+    assert created.json()["allow_tokens_without_exp"] is False
+    patched = api.patch("/api/v1/guards/jwt/", {"allow_tokens_without_exp": True}, content_type="application/json")
+    assert patched.json()["allow_tokens_without_exp"] is True
+    assert Guard.objects.get().allow_tokens_without_exp
+    refused = api.patch("/api/v1/guards/jwt/", {"allow_tokens_without_exp": "maybe"}, content_type="application/json")
+    assert refused.status_code == 400
+    assert list(refused.json()["errors"]) == ["allow_tokens_without_exp"]
+
+
+def test_a_plain_http_jwks_url_is_a_400_on_the_field(api: Client, settings: Any) -> None:
+    settings.SSE_JWKS_ALLOW_HTTP = False
+    body = {**GUARD, "keys": [], "jwks_url": "http://auth.example.com/jwks.json"}
+    response = api.post("/api/v1/guards/", body, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"] == {
+        "jwks_url": ["A JWKS URL starts with https://: keys read over plain http could be swapped on the way."]
+    }
+    assert (
+        api.post(
+            "/api/v1/guards/",
+            {**body, "jwks_url": "https://auth.example.com/jwks.json"},
+            content_type="application/json",
+        ).status_code
+        == 201
+    )
 
 
 def test_put_by_name_creates_a_guard_then_is_idempotent(api: Client) -> None:

@@ -9,7 +9,8 @@ from django.core.exceptions import ValidationError
 from django.db.models import ProtectedError
 
 from bindings.models import EVENT_ID_KEY_AND_ETAG, START_LIVE, Endpoint, Route, RouteFilter
-from bindings.services import do_delete_route, do_put_endpoint, do_put_route
+from bindings.services import do_delete_route, do_put_endpoint, do_put_guard, do_put_route
+from tests.jwt_keys import guard_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -270,3 +271,18 @@ def test_an_endpoint_in_use_cannot_be_deleted() -> None:
     do_put_route(name="items", path="/items", topic="items", endpoint="public")
     with pytest.raises(ProtectedError):
         Endpoint.objects.get(name="public").delete()
+
+
+def test_placeholders_that_touch_beside_a_guarded_value_are_an_error_on_the_template() -> None:
+    do_put_guard(**guard_fields("jwt"))
+    errors = put_errors(paths=["/items/{s}"], topic="t-${guarded['jwt'].identity}${params.s}", guarded={"jwt": []})
+    assert errors == {
+        "topic": [
+            "${guarded['jwt'].identity} and ${params.s} touch: put a separator between them (e.g. '-'), which "
+            "values filled in next to it may then not contain."
+        ]
+    }
+    errors = put_errors(
+        paths=["/items/{s}"], topic="t", guarded={"jwt": []}, filters=[{"key": "${params.s}${guarded['jwt'].identity}"}]
+    )
+    assert list(errors) == ["filters[0].key"]

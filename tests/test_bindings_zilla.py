@@ -13,10 +13,11 @@ import yaml
 from django.core.management import CommandError, call_command
 from jwt import PyJWK
 
+from bindings.history import Actor, route_state
 from bindings.models import Change, Endpoint, Guard, Route
 from bindings.representations import endpoint_representation, guard_representation
 from bindings.selectors import EVENT_ID_KEY_AND_ETAG, route_specs
-from bindings.services import Actor, do_put_endpoint, do_put_guard, do_put_route, route_state
+from bindings.services import do_put_endpoint, do_put_guard, do_put_route
 from bindings.zilla import ImportResult, ZillaConfigError, do_import_zilla, export_zilla
 from tests import jwt_keys
 
@@ -329,6 +330,7 @@ def test_a_jwt_guard_and_its_guarded_route_import() -> None:
         "attributes": {"tenant": "org.id"},
         "challenge_s": 10,
         "cookie": "",
+        "allow_tokens_without_exp": False,
     }
     (route,) = route_specs()
     assert [(spec.name, roles) for spec, roles in route.guarded] == [("authn_jwt", ("proxy:stream",))]
@@ -477,6 +479,16 @@ def test_a_strict_export_is_zillas_schema_and_lists_what_it_left_out() -> None:
             "left out: route ops: slow_client=conflate",
         ]
     )
+
+
+def test_a_guard_accepting_tokens_without_exp_is_exported_without_it_and_imports_refusing_them() -> None:
+    do_put_guard(**jwt_keys.guard_fields("lenient", allow_tokens_without_exp=True))
+    text, notes = export_zilla()
+    assert "left out: guard lenient accepts tokens without exp (an import refuses them)" in notes
+    assert set(yaml.safe_load(text)["guards"]["lenient"]["options"]) == {"issuer", "audience", "keys"}
+    Guard.objects.all().delete()
+    do_import(text)
+    assert Guard.objects.get(name="lenient").allow_tokens_without_exp is False
 
 
 def test_export_reads_everything_in_six_queries(django_assert_num_queries: Any) -> None:

@@ -9,9 +9,10 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from bindings.asyncapi import AsyncApiImportError, export_asyncapi, import_asyncapi
+from bindings.history import Actor
 from bindings.importing import ImportProblems, Write, run_import
 from bindings.models import Change, Endpoint, Guard, Route
-from bindings.services import Actor, do_put_endpoint, do_put_guard, do_put_route
+from bindings.services import do_put_endpoint, do_put_guard, do_put_route
 
 pytestmark = pytest.mark.django_db
 

@@ -13,10 +13,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import jwt as pyjwt
 import pytest
+from django.conf import settings
+from jwt.algorithms import RSAAlgorithm
 
 from bindings.services import do_put_guard, do_put_route
+from streams.topics import ensure_topic
 from tests.conftest import unique
-from tests.jwt_keys import AUDIENCE, ISSUER, guard_fields, public_jwk, token
+from tests.jwt_keys import AUDIENCE, ISSUER, guard_fields, private_key, public_jwk, token
 from tests.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,6 +40,17 @@ def guarded_route(topic: str, guard: str, roles: list[str], **extra: object) -> 
 
 def base64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def critical(header: dict[str, object]) -> str:
+    """A token otherwise valid whose header lists `crit` extensions (RFC 7515 §4.1.11), signed by hand: PyJWT's
+    encoder drops `b64: true`."""
+    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "scope": "read", "exp": int(time.time()) + 3600}
+    signing_input = ".".join(
+        base64url(json.dumps(part).encode()) for part in ({"alg": "RS256", "kid": "k1", **header}, claims)
+    )
+    signature = RSAAlgorithm(RSAAlgorithm.SHA256).sign(signing_input.encode(), private_key())
+    return f"{signing_input}.{base64url(signature)}"
 
 
 def bearer(value: str) -> dict[str, str]:
@@ -63,8 +77,10 @@ def test_no_token_is_401_with_a_bearer_challenge_and_a_problem_body(
         lambda: token(kid="unknown"),
         lambda: token()[:-4] + "AAAA",  # a signature that does not verify
         lambda: "not-a-jwt",
+        lambda: critical({"crit": ["x"], "x": "must-be-understood"}),
+        lambda: critical({"crit": ["b64"], "b64": True}),
     ],
-    ids=["expired", "issuer", "audience", "unknown-kid", "signature", "garbage"],
+    ids=["expired", "issuer", "audience", "unknown-kid", "signature", "garbage", "crit", "crit-b64"],
 )
 def test_a_token_that_does_not_verify_is_401(
     daphne_url: str, new_topic: Callable[..., str], guard: str, make_token: Callable[[], str]
@@ -210,6 +226,44 @@ def test_an_unanswered_challenge_ends_the_stream_at_expiry(
             stream.next_event(timeout=6)
 
 
+@pytest.fixture
+def tenant_route(new_topic: Callable[..., str]) -> tuple[str, str]:
+    """A challenging guard's route that gives each tenant only its own records: (path, topic)."""
+    guard = unique("jwt")
+    do_put_guard(**guard_fields(guard, challenge_s=2, attributes={"tenant": "org.id"}))
+    topic = new_topic()
+    tenant = f"${{guarded['{guard}'].attributes.tenant}}"
+    return guarded_route(topic, guard, ["read"], filters=[{"headers": {"tenant": tenant}}]), topic
+
+
+def test_a_renewal_that_changes_what_the_stream_reads_does_not_extend_it(
+    daphne_url: str, tenant_route: tuple[str, str]
+) -> None:
+    path, _ = tenant_route
+    acme = token("alice", expires_in=3, org={"id": "acme"})
+    with EventStream(daphne_url + path, headers=bearer(acme), timeout=8) as stream:
+        assert stream.next_event(timeout=5).event == "challenge"
+        other_tenant = token("alice", expires_in=60, org={"id": "other"})
+        assert challenge_response(daphne_url, path, other_tenant).status_code == 204
+        with pytest.raises(StopIteration):  # ended at the first token's expiry
+            stream.next_event(timeout=6)
+
+
+def test_a_renewal_with_the_same_values_extends_the_stream(
+    daphne_url: str, tenant_route: tuple[str, str], produce: Callable[..., tuple[int, int]]
+) -> None:
+    path, topic = tenant_route
+    acme = token("alice", expires_in=3, org={"id": "acme"})
+    with EventStream(daphne_url + path, headers=bearer(acme), timeout=8) as stream:
+        assert stream.next_event(timeout=5).event == "challenge"
+        renewed = token("alice", expires_in=60, org={"id": "acme"}, name="Alice")  # a claim the route does not read
+        assert challenge_response(daphne_url, path, renewed).status_code == 204
+        time.sleep(3)  # past the first token's expiry
+        produce(topic, b"other's", headers=[("tenant", b"other")])
+        produce(topic, b"acme's", headers=[("tenant", b"acme")])
+        assert stream.next_event(timeout=5).text == "acme's"
+
+
 def test_a_token_without_identity_is_not_challenged(
     daphne_url: str, new_topic: Callable[..., str], challenging_guard: str
 ) -> None:
@@ -295,6 +349,20 @@ def test_unreadable_keys_are_a_503_not_a_500(daphne_url: str, new_topic: Callabl
     assert response.json()["status"] == 503
 
 
+def test_a_jwks_document_over_the_size_limit_is_a_503(
+    daphne_url: str, new_topic: Callable[..., str], jwks: Jwks
+) -> None:
+    jwks.body = json.dumps(
+        {"keys": [public_jwk()], "padding": "x" * 300 * 1024}
+    ).encode()  # SSE_JWKS_MAX_BYTES: 256 KiB
+    name = unique("jwks")
+    do_put_guard(**guard_fields(name, keys=[], jwks_url=jwks.url))
+    path = guarded_route(new_topic(), name, [])
+    response = httpx.get(daphne_url + path, headers=bearer(token()), timeout=15)
+    assert response.status_code == 503
+    assert response.json()["detail"] == "The keys that verify tokens for this stream cannot be read now."
+
+
 def test_a_token_lacking_a_value_the_route_reads_is_403(
     daphne_url: str, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]], guard: str
 ) -> None:
@@ -307,6 +375,49 @@ def test_a_token_lacking_a_value_the_route_reads_is_403(
     assert "attributes.tenant" in response.json()["detail"]
 
 
+def test_a_token_without_the_identity_claim_is_403_where_the_route_reads_identity(
+    daphne_url: str, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]], guard: str
+) -> None:
+    topic = new_topic()
+    produce(topic, b"keyless", key=b"")  # what an identity rendered empty would select
+    produce(topic, b"public")
+    reads = guarded_route(topic, guard, [], filters=[{"key": f"${{guarded['{guard}'].identity}}"}])
+    response = httpx.get(daphne_url + reads, headers=bearer(token(None)), timeout=5)
+    assert response.status_code == 403
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "identity claim 'sub' is missing" in response.json()["detail"]
+    in_topic = guarded_route(f"{topic}-${{guarded['{guard}'].identity}}", guard, [])
+    assert httpx.get(daphne_url + in_topic, headers=bearer(token(None)), timeout=5).status_code == 403
+    ignores = guarded_route(topic, guard, [])
+    with EventStream(daphne_url + ignores, headers=bearer(token(None))) as stream:
+        assert stream.response.status_code == 200
+        assert stream.next_event().text == "keyless"
+
+
+def test_a_path_parameter_cannot_reach_another_tenants_topic_through_the_separator(
+    daphne_url: str, created_topics: list[str], produce: Callable[..., tuple[int, int]], guard: str
+) -> None:
+    prefix = unique("t")
+    for tenant, stream_name in (("a-b", "x"), ("a", "y")):
+        topic = f"{prefix}-{tenant}-{stream_name}"
+        ensure_topic(settings.KAFKA, topic)
+        created_topics.append(topic)
+        produce(topic, f"{tenant}'s".encode())
+    path = "/" + unique("tenant")
+    topic = f"{prefix}-${{guarded['{guard}'].attributes.tenant}}-${{params.s}}"
+    do_put_route(name=path[1:], path=path + "/{s}", topic=topic, guarded={guard: []})
+    a, a_b = token(org={"id": "a"}), token(org={"id": "a-b"})
+    for reach in ("b-x", "b%2Dx"):  # tenant a asking for t-a-b-x, tenant a-b's topic
+        response = httpx.get(f"{daphne_url}{path}/{reach}", headers=bearer(a), timeout=5)
+        assert response.status_code == 403
+        assert response.headers["content-type"] == "application/problem+json"
+        assert "${params.s} is 'b-x', which holds '-'" in response.json()["detail"]
+    with EventStream(f"{daphne_url}{path}/x", headers=bearer(a_b)) as stream:  # a tenant holding '-' is served
+        assert stream.next_event().text == "a-b's"
+    with EventStream(f"{daphne_url}{path}/y", headers=bearer(a)) as stream:
+        assert stream.next_event().text == "a's"
+
+
 def test_a_string_exp_still_ends_the_stream_and_a_future_iat_is_accepted(
     daphne_url: str, new_topic: Callable[..., str], guard: str
 ) -> None:
@@ -317,6 +428,24 @@ def test_a_string_exp_still_ends_the_stream_and_a_future_iat_is_accepted(
     assert stream.response.status_code == 200
     with stream, pytest.raises(StopIteration):
         stream.next_event(timeout=6)
+
+
+def test_a_token_without_exp_is_401_unless_the_guard_allows_it(
+    daphne_url: str, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]], guard: str
+) -> None:
+    topic = new_topic()
+    produce(topic, b"m")
+    path = guarded_route(topic, guard, ["read"])
+    response = httpx.get(daphne_url + path, headers=bearer(token(expires_in=None)), timeout=5)
+    assert response.status_code == 401
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["status"] == 401
+    lenient = unique("jwt")
+    do_put_guard(**guard_fields(lenient, allow_tokens_without_exp=True))
+    path = guarded_route(topic, lenient, ["read"])
+    with EventStream(daphne_url + path, headers=bearer(token(expires_in=None))) as stream:
+        assert stream.response.status_code == 200
+        assert stream.next_event().text == "m"
 
 
 def test_an_identity_that_makes_no_topic_name_is_404(daphne_url: str, guard: str) -> None:

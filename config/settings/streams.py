@@ -27,6 +27,13 @@ SSE_STALL_GRACE_MS = envint("SSE_STALL_GRACE_MS", default=2000, minimum=0)
 # logged and counted as stalled (`/-/health`): the symptom of a defect, made visible instead of silent.
 SSE_STALL_NOTICE_S = envint("SSE_STALL_NOTICE_S", default=30, minimum=1)
 
+# A guard's JWKS URL (streams/jwks.py): https only unless this is set (the tests serve keys over local http);
+# the whole fetch (connect, TLS, headers, body) must end within the timeout, and a larger document is refused.
+# Until the keys can be read, the guard's routes answer 503.
+SSE_JWKS_ALLOW_HTTP = envbool("SSE_JWKS_ALLOW_HTTP", False)
+SSE_JWKS_TIMEOUT_S = envint("SSE_JWKS_TIMEOUT_S", default=5, minimum=1, maximum=60)
+SSE_JWKS_MAX_BYTES = envint("SSE_JWKS_MAX_BYTES", default=256 * 1024, minimum=1024)
+
 # The delivery log (docs/delivery-log.md): what each process delivered and refused, as Parquet files the
 # analytics rollup reads. With several nodes, point it at storage every node and the Spark workers share.
 DELIVERY_LOG_ENABLED = envbool("DELIVERY_LOG_ENABLED", True)

@@ -17,5 +17,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Separate test databases for runs side by side on one Postgres (TEST_DB_SUFFIX=_b pytest ...).
 DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}{envstr('TEST_DB_SUFFIX', default='')}"}  # noqa: F405
 
+# The suite's stand-in identity providers serve their keys over http on 127.0.0.1.
+SSE_JWKS_ALLOW_HTTP = True
+
 # The suite's servers log deliveries apart from what `make run` rolls up into the development database.
 DELIVERY_LOG_DIR = Path(envstr("DELIVERY_LOG_DIR", str(BASE_DIR / "var" / "test-delivery-log")))

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bindings.asyncapi import AsyncApiImportError, dump_yaml, export_asyncapi, import_asyncapi, parse_document
-from bindings.services import Actor
+from bindings.history import Actor
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bindings.services import Actor
+from bindings.history import Actor
 from bindings.zilla import ZillaConfigError, do_import_zilla, export_zilla
 
 

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("bindings", "0005_api_readers_group"),
+        ("bindings", "0006_guard_allow_tokens_without_exp"),
     ]
 
     operations = [
