@@ -13,8 +13,9 @@ from config.env import BASE_DIR, database_from_url, envbool, envlist, envstr
 # Lets admin.ModelAdmin[Route] and the like (typed generics) work at run time.
 django_stubs_ext.monkeypatch()
 
-DEBUG = envbool("DJANGO_DEBUG", default=False)
-SECRET_KEY = envstr("DJANGO_SECRET_KEY", default="insecure-development-key-change-me-in-production-000")
+# Off, and no SECRET_KEY at all: local.py and test.py turn debug on and set a development key, production.py
+# insists on a real key. A settings module that forgets either fails closed.
+DEBUG = False
 ALLOWED_HOSTS = envlist("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 
 INSTALLED_APPS = [

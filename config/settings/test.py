@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from config.env import BASE_DIR, envstr
+from config.env import BASE_DIR, DEVELOPMENT_SECRET_KEY, envbool, envstr
 from config.settings.base import *  # noqa: F403
 from config.settings.services import *  # noqa: F403
 from config.settings.streams import *  # noqa: F403
 
+DEBUG = envbool("DJANGO_DEBUG", default=False)
+SECRET_KEY = envstr("DJANGO_SECRET_KEY", default=DEVELOPMENT_SECRET_KEY)
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Separate test databases for runs side by side on one Postgres (TEST_DB_SUFFIX=_b pytest ...).
