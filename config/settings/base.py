@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+from datetime import timedelta
 from pathlib import Path
 
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import BASE_DIR, database_from_url, envbool, envlist, envstr
+from config.env import BASE_DIR, database_from_url, envbool, envint, envlist, envstr
 
 # Lets admin.ModelAdmin[Route] and the like (typed generics) work at run time.
 django_stubs_ext.monkeypatch()
@@ -33,6 +34,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "axes",
     "bindings",
     "streams",
     "analytics",
@@ -46,6 +48,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a sign-in refused for too many failures into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -76,6 +80,20 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+
+# Sign-in throttling (django-axes): after AXES_FAILURE_LIMIT failed sign-ins for one username from one address,
+# that pair is refused for the cool-off, even with the right password (429, templates/admin/lockout.html). The lock
+# is visible and removable in the admin (Axes > Access attempts). API tokens never go through authenticate(),
+# so the API is not throttled. AxesStandaloneBackend comes first: it checks the lock before any password.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=envint("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "admin/lockout.html"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
