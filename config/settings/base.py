@@ -123,7 +123,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["bindings.permissions.IsStaffOrApiReader"],
+    "DEFAULT_PERMISSION_CLASSES": ["bindings.permissions.HasModelPermissions"],
     "DEFAULT_PAGINATION_CLASS": "bindings.filters.ApiPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_FILTER_BACKENDS": ["bindings.filters.ApiFilterBackend"],
