@@ -138,7 +138,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": (
         "The control plane: endpoints, routes (paths, Kafka topic, filters, guarded roles) and JWT guards, "
         "keyed by name; PUT by name creates or replaces. Authenticate with `Authorization: Token <key>` "
-        "(`manage.py api_token`) or a staff session. Errors are RFC 9457 problem bodies."
+        "(`manage.py api_token`) or an admin session; each request needs the Django model permissions of what it "
+        "touches (view_, add_, change_, delete_), a 403 names the missing ones. Errors are RFC 9457 problem bodies."
     ),
     "VERSION": "1",
     "SCHEMA_PATH_PREFIX": "/api/v1/",
