@@ -8,7 +8,8 @@ import sys
 
 
 def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    # Production unless told otherwise: `make run` and the tests choose their settings explicitly.
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
     from django.core.management import execute_from_command_line  # noqa: PLC0415
 
     execute_from_command_line(sys.argv)

@@ -3,11 +3,12 @@
 `GET /api/v1/analytics/routes/?range=|from=&to=`: every route that delivered in the range, with its totals.
 `GET /api/v1/analytics/routes/<name>/?from=&to=&step=minute|hour`: one route's totals and series.
 The range is read as the dashboards read it (default: the last hour); a bad one is a 400 problem.
+Reading them needs `bindings.view_route`: who may see the routes may see their traffic (bindings.permissions).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -18,6 +19,7 @@ from rest_framework.views import APIView
 
 from analytics import queries
 from analytics.views import BadRange, parse_range
+from bindings.permissions import reading
 
 RANGE_PARAMETERS = [
     OpenApiParameter("range", str, enum=["1h", "24h", "7d"], description="A range ending now (default 1h)."),
@@ -82,6 +84,8 @@ def _window(request: Request) -> queries.Range:
 
 
 class RouteAnalyticsListView(APIView):
+    required_permissions: ClassVar[dict[str, tuple[str, ...]]] = reading("bindings.view_route")
+
     @extend_schema(
         operation_id="analytics_routes_list",
         tags=["analytics"],
@@ -96,6 +100,8 @@ class RouteAnalyticsListView(APIView):
 
 
 class RouteAnalyticsView(APIView):
+    required_permissions: ClassVar[dict[str, tuple[str, ...]]] = reading("bindings.view_route")
+
     @extend_schema(
         operation_id="analytics_routes_retrieve",
         tags=["analytics"],

@@ -25,6 +25,7 @@ from bindings.models import (
     Route,
     routes_in_order,
 )
+from bindings.permissions import model_permissions, require
 from bindings.problems import Conflict
 from bindings.representations import endpoint_representation, guard_representation, route_representation
 from bindings.services import (
@@ -167,6 +168,8 @@ class _NamedViewSet(viewsets.ModelViewSet[Any]):
         instance = self.get_queryset().filter(name=name).first()
         if instance is None and partial:
             raise Http404
+        if instance is None:  # PUT creates: the permission class checked `change_` only
+            require(request.user, model_permissions(self.get_queryset().model, "add"))
         serializer = self.get_serializer_class()(
             instance, data=request.data, partial=partial, context={**self.get_serializer_context(), "name": name}
         )

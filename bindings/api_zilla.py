@@ -1,10 +1,11 @@
 """zilla.yaml over the API: `POST /api/v1/import/zilla` and `GET /api/v1/export/zilla`.
 
-Authentication and permissions are the API's defaults (REST_FRAMEWORK): whoever may write routes may import,
-whoever may read them may export. The import takes the YAML as the body (application/yaml, text/yaml,
-application/x-yaml or text/plain) or as JSON `{"yaml": "..."}`; `?dry_run=true` answers the changes without
-writing, `?prune=true` also deletes the routes the file does not have. Bad input is a 400 problem whose `errors`
-are keyed by where in the file the problem is (`bindings.<binding>.routes[0].with.topic`).
+Authentication is the API's (REST_FRAMEWORK); the import needs the add and change permissions of endpoints,
+guards and routes (and delete_route with `?prune=true`), the export their view permissions (bindings.permissions).
+The import takes the YAML as the body (application/yaml, text/yaml, application/x-yaml or text/plain) or as JSON
+`{"yaml": "..."}`; `?dry_run=true` answers the changes without writing, `?prune=true` also deletes the routes the
+file does not have. Bad input is a 400 problem whose `errors` are keyed by where in the file the problem is
+(`bindings.<binding>.routes[0].with.topic`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from bindings.history import Actor
+from bindings.permissions import configuration_permissions, reading, require
 from bindings.problems import PROBLEM_CONTENT_TYPE, JsonErrorsView, problem, query_flag, summary
 from bindings.zilla import ZillaConfigError, do_import_zilla, export_zilla
 
@@ -95,6 +97,10 @@ class ZillaImportView(JsonErrorsView):
     ]
 
     renderer_classes: ClassVar[list[type[BaseRenderer]]] = [JSONRenderer]  # type: ignore[misc]
+    required_permissions: ClassVar[dict[str, tuple[str, ...]]] = {
+        **reading(*configuration_permissions("view")),
+        "POST": configuration_permissions("add", "change"),
+    }
 
     @extend_schema(
         operation_id="zilla_import",
@@ -118,10 +124,11 @@ class ZillaImportView(JsonErrorsView):
         else:
             return _bad_request({"yaml": ["Send the zilla.yaml as the body, e.g. with content-type application/yaml."]})
         actor = Actor.of(request.user, "import")
+        prune = _flag(request, "prune")
+        if prune:
+            require(request.user, ["bindings.delete_route"])
         try:
-            result = do_import_zilla(
-                text, actor=actor, dry_run=_flag(request, "dry_run"), prune=_flag(request, "prune")
-            )
+            result = do_import_zilla(text, actor=actor, dry_run=_flag(request, "dry_run"), prune=prune)
         except ZillaConfigError as exc:
             return _bad_request(exc.errors)
         return Response(result.as_dict())
@@ -132,6 +139,7 @@ class ZillaExportView(JsonErrorsView):
     or what strict left out) lead the file as comments."""
 
     renderer_classes: ClassVar[list[type[BaseRenderer]]] = [YamlTextRenderer, JSONRenderer]  # type: ignore[misc]
+    required_permissions: ClassVar[dict[str, tuple[str, ...]]] = reading(*configuration_permissions("view"))
 
     @extend_schema(
         operation_id="zilla_export",

@@ -1,7 +1,8 @@
 """REST API for AsyncAPI 3.0: `GET /api/v1/asyncapi.yaml` (the routes as a document) and
 `POST /api/v1/import/asyncapi` (a document's SSE channels as routes).
 
-Both use the API's authentication and permissions (REST_FRAMEWORK settings: readers may export, staff import).
+Both use the API's authentication (REST_FRAMEWORK settings); the export needs the view permissions of endpoints,
+guards and routes, the import their add and change permissions (bindings.permissions).
 Errors are the API's problem bodies (JSON whatever was asked for); a 400's `errors` maps where each problem is
 in the document (`channels.items.x-sse-kafka.topic`) to its messages.
 """
@@ -9,7 +10,7 @@ in the document (`channels.items.x-sse-kafka.topic`) to its messages.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -20,6 +21,7 @@ from rest_framework.response import Response
 
 from bindings.asyncapi import AsyncApiImportError, dump_yaml, export_asyncapi, import_asyncapi, parse_document
 from bindings.history import Actor
+from bindings.permissions import configuration_permissions, reading
 from bindings.problems import JsonErrorsView, query_flag
 
 
@@ -42,6 +44,7 @@ class AsyncApiExportView(JsonErrorsView):
     """
 
     renderer_classes = (YAMLRenderer, JSONRenderer)
+    required_permissions: ClassVar[dict[str, tuple[str, ...]]] = reading(*configuration_permissions("view"))
 
     @extend_schema(
         operation_id="asyncapi_export",
@@ -73,6 +76,10 @@ class AsyncApiImportView(JsonErrorsView):
 
     parser_classes = ()  # the body is read as it is: YAML or JSON, parsed here so a bad one is a 400 on `document`
     renderer_classes = (JSONRenderer,)
+    required_permissions: ClassVar[dict[str, tuple[str, ...]]] = {
+        **reading(*configuration_permissions("view")),
+        "POST": configuration_permissions("add", "change"),
+    }
 
     @extend_schema(
         operation_id="asyncapi_import",

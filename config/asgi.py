@@ -6,7 +6,8 @@ import os
 
 from django.core.asgi import get_asgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+# Production unless told otherwise: `make run` and the tests choose their settings explicitly.
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
 django_app = get_asgi_application()
 
 # Imported after Django is set up: these modules use models and settings.

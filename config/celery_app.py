@@ -6,7 +6,8 @@ import os
 
 from celery import Celery
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+# Production unless told otherwise: `make run` and the tests choose their settings explicitly.
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
 
 app = Celery("platform")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -112,6 +112,34 @@ def database_from_url(name: str, url: str) -> dict[str, object]:
     }
 
 
+# The key `make run` and the test suite sign with. Public, so production refuses it (`envsecret`).
+DEVELOPMENT_SECRET_KEY = "insecure-development-key-change-me-in-production-000"  # noqa: S105
+SECRET_KEY_MIN_LENGTH = 50
+SECRET_KEY_MIN_UNIQUE = 5
+
+
+def envsecret(name: str) -> str:
+    """A signing key for production: set, not a known development key, at least 50 characters, not repetitive.
+
+    The length and variety are what Django's deploy check asks of ``SECRET_KEY`` (security.W009).
+    """
+    advice = (
+        "Generate one with `python -c 'import secrets; print(secrets.token_urlsafe(50))'`; for development, "
+        "choose the local settings instead: DJANGO_SETTINGS_MODULE=config.settings.local."
+    )
+    value = _raw(name) or ""
+    if not value:
+        raise ImproperlyConfigured(f"{name} is not set: the production settings need a secret key. {advice}")
+    if value == DEVELOPMENT_SECRET_KEY or value.startswith("django-insecure"):
+        raise ImproperlyConfigured(f"{name} is a known, insecure development key. {advice}")
+    if len(value) < SECRET_KEY_MIN_LENGTH or len(set(value)) < SECRET_KEY_MIN_UNIQUE:
+        raise ImproperlyConfigured(
+            f"{name} is too weak: it has {len(value)} characters, at least {SECRET_KEY_MIN_LENGTH} "
+            f"varied ones are needed. {advice}"
+        )
+    return value
+
+
 def redis_url(name: str, url: str) -> str:
     if urlsplit(url).scheme not in {"redis", "rediss", "unix"}:
         raise ImproperlyConfigured(f"{name}={url!r}: expected a redis://, rediss:// or unix:// URL.")

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.utils import timezone
 from playwright.sync_api import Page
@@ -48,6 +48,7 @@ def known_rollups(route: str) -> None:
 @pytest.fixture
 def staff() -> Client:
     user = User.objects.create_user(unique("analyst"), password=PASSWORD, is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_route"))  # the API's analytics need it
     client = Client()
     client.force_login(user)
     return client

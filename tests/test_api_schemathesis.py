@@ -29,6 +29,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from bindings.permissions import grant_api_writer
+
 # The schema the server serves at /api/v1/schema/, built in process so pytest can make one test per operation.
 SCHEMA = json.loads(OpenApiJsonRenderer().render(SchemaGenerator().get_schema(public=True)))  # type: ignore[no-untyped-call]
 schema = schemathesis.openapi.from_dict(SCHEMA)
@@ -54,6 +56,7 @@ def report_calls(request: pytest.FixtureRequest) -> Iterator[None]:
 def admin_token(transactional_db: None) -> str:
     """A staff token, committed so that the daphne process sees it."""
     user = User.objects.create_user("schemathesis", is_staff=True)
+    grant_api_writer(user)
     key: str = Token.objects.create(user=user).key
     return key
 

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 import yaml
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.test import Client
 
 from bindings.models import Change, Endpoint, Route
+from bindings.permissions import api_readers
 from bindings.services import do_put_route
 from tests.test_bindings_zilla import ZILLA_YAML
 
@@ -32,7 +33,7 @@ def admin(client: Client) -> Client:
 @pytest.fixture
 def reader(client: Client) -> Client:
     user = User.objects.create_user("reader", "reader@example.com", "a-long-test-password")
-    user.groups.add(Group.objects.get_or_create(name="api-readers")[0])
+    user.groups.add(api_readers())
     client.force_login(user)
     return client
 

@@ -13,7 +13,7 @@ from typing import Any
 import pydantic
 import pytest
 import yaml
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -23,6 +23,7 @@ from rest_framework.authtoken.models import Token
 
 from bindings.asyncapi import AsyncApiImportError, export_asyncapi, import_asyncapi
 from bindings.models import Change, Endpoint, Guard, Route, routes_in_order
+from bindings.permissions import api_readers, grant_api_writer
 from bindings.representations import endpoint_representation, guard_representation, route_representation
 from bindings.selectors import EVENT_ID_KEY_AND_ETAG
 from bindings.services import do_put_endpoint, do_put_guard, do_put_route
@@ -84,7 +85,9 @@ def make_routes() -> None:
 
 @pytest.fixture
 def staff(client: Client) -> Client:
-    client.force_login(User.objects.create_user("ops", is_staff=True))
+    user = User.objects.create_user("ops", is_staff=True)
+    grant_api_writer(user)
+    client.force_login(user)
     return client
 
 
@@ -231,7 +234,7 @@ def test_the_document_needs_the_api_s_credentials(client: Client) -> None:
 
 def test_an_api_token_of_a_reader_reads_the_document_but_cannot_import(client: Client) -> None:
     user = User.objects.create_user("reader")
-    user.groups.add(Group.objects.get_or_create(name="api-readers")[0])
+    user.groups.add(api_readers())
     key = Token.objects.create(user=user).key
     assert client.get("/api/v1/asyncapi.yaml", HTTP_AUTHORIZATION=f"Token {key}").status_code == 200
     document = yaml.safe_dump(export_asyncapi("http://x"))

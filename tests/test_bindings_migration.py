@@ -1,8 +1,10 @@
-"""Migration 0002 keeps the routes of 0001: each route's path becomes its first condition."""
+"""Migration 0002 keeps the routes of 0001 (each route's path becomes its first condition); 0008 keeps who
+used the API able to, under the model permissions."""
 
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
@@ -35,5 +37,27 @@ def test_it_turns_each_path_into_a_condition_and_back() -> None:
         executor = migrate(BEFORE)
         old_route = executor.loader.project_state(BEFORE).apps.get_model("bindings", "Route")
         assert list(old_route.objects.values_list("name", "path")) == [("items", "/items/{id}")]
+    finally:
+        migrate(latest)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0008_keeps_readers_reading_and_token_writers_writing() -> None:
+    before = [("bindings", "0005_api_readers_group"), ("authtoken", "0004_alter_tokenproxy_options")]
+    executor = migrate(before)
+    latest = executor.loader.graph.leaf_nodes()
+    try:
+        apps = executor.loader.project_state(before).apps
+        user_model = apps.get_model("auth", "User")
+        writer = user_model.objects.create(username="ci", is_staff=True)
+        apps.get_model("authtoken", "Token").objects.create(key="k" * 40, user=writer)
+        user_model.objects.create(username="person", is_staff=True)
+        apps.get_model("auth", "Group").objects.get_or_create(name="api-readers")  # a flush may have removed it
+
+        migrate(latest)
+        assert User.objects.get(username="ci").has_perms(["bindings.add_route", "bindings.delete_guard"])
+        assert not User.objects.get(username="person").has_perm("bindings.view_route"), "staff alone gets nothing"
+        readers = Group.objects.get(name="api-readers").permissions.values_list("codename", flat=True)
+        assert set(readers) == {"view_endpoint", "view_route", "view_guard", "view_change"}
     finally:
         migrate(latest)

@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 
+from bindings.permissions import grant_api_writer
 from bindings.services import do_put_guard, do_put_route
 from tests.conftest import health, unique, wait_until
 from tests.jwt_keys import guard_fields, token
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def api(daphne_url: str) -> Iterator[httpx.Client]:
     """An API client of the live server, authenticated as a machine with an admin's token."""
     admin = User.objects.create_user(unique("ci"), is_staff=True)
+    grant_api_writer(admin)
     key = Token.objects.create(user=admin).key
     with httpx.Client(base_url=daphne_url, headers={"authorization": f"Token {key}"}, timeout=10) as client:
         yield client

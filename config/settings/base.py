@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from datetime import timedelta
 from pathlib import Path
 
 import django_stubs_ext
@@ -14,8 +15,9 @@ from config.logs import logging_config
 # Lets admin.ModelAdmin[Route] and the like (typed generics) work at run time.
 django_stubs_ext.monkeypatch()
 
-DEBUG = envbool("DJANGO_DEBUG", default=False)
-SECRET_KEY = envstr("DJANGO_SECRET_KEY", default="insecure-development-key-change-me-in-production-000")
+# Off, and no SECRET_KEY at all: local.py and test.py turn debug on and set a development key, production.py
+# insists on a real key. A settings module that forgets either fails closed.
+DEBUG = False
 ALLOWED_HOSTS = envlist("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 
 INSTALLED_APPS = [
@@ -33,6 +35,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "axes",
     "bindings",
     "streams",
     "analytics",
@@ -47,6 +50,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a sign-in refused for too many failures into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -73,10 +78,27 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = envint("API_MAX_BODY_BYTES", default=2_621_440, mi
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Checked wherever a person chooses a password (the admin's forms, `createsuperuser`, `demo_setup`).
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 12}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+
+# Sign-in throttling (django-axes): after AXES_FAILURE_LIMIT failed sign-ins for one username from one address,
+# that pair is refused for the cool-off, even with the right password (429, templates/admin/lockout.html). The lock
+# is visible and removable in the admin (Axes > Access attempts). API tokens never go through authenticate(),
+# so the API is not throttled. AxesStandaloneBackend comes first: it checks the lock before any password.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=envint("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "admin/lockout.html"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -106,7 +128,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["bindings.permissions.IsStaffOrApiReader"],
+    "DEFAULT_PERMISSION_CLASSES": ["bindings.permissions.HasModelPermissions"],
     "DEFAULT_PAGINATION_CLASS": "bindings.filters.ApiPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_FILTER_BACKENDS": ["bindings.filters.ApiFilterBackend"],
@@ -121,7 +143,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": (
         "The control plane: endpoints, routes (paths, Kafka topic, filters, guarded roles) and JWT guards, "
         "keyed by name; PUT by name creates or replaces. Authenticate with `Authorization: Token <key>` "
-        "(`manage.py api_token`) or a staff session. Errors are RFC 9457 problem bodies."
+        "(`manage.py api_token`) or an admin session; each request needs the Django model permissions of what it "
+        "touches (view_, add_, change_, delete_), a 403 names the missing ones. Errors are RFC 9457 problem bodies."
     ),
     "VERSION": "1",
     "SCHEMA_PATH_PREFIX": "/api/v1/",

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from config.env import BASE_DIR, envstr
+from config.env import BASE_DIR, DEVELOPMENT_SECRET_KEY, envbool, envstr
 from config.settings.base import *  # noqa: F403
 from config.settings.services import *  # noqa: F403
 from config.settings.streams import *  # noqa: F403
+
+DEBUG = envbool("DJANGO_DEBUG", default=False)
+SECRET_KEY = envstr("DJANGO_SECRET_KEY", default=DEVELOPMENT_SECRET_KEY)
 
 # A shorter gap between the route-table reads that unknown paths cause, so tests of new routes wait less.
 SSE_UNKNOWN_PATH_RELOAD_MS = 100

@@ -5,19 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
-from bindings.permissions import API_READERS
+from bindings.permissions import api_readers, configuration_permissions, grant_api_writer, missing_permissions
 
 
 class Command(BaseCommand):
     help = (
         "Print the API token of USERNAME, creating the user (no password: it cannot sign in to the admin) and "
-        "the token if needed. The user may write (it is made staff) unless --read-only puts it in api-readers."
+        "the token if needed. The user may read and write endpoints, routes and guards (it is made staff and given "
+        "their permissions) unless --read-only puts it in api-readers."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -43,14 +43,19 @@ class Command(BaseCommand):
         if not user.is_active:
             raise CommandError(f"User {username!r} is inactive: its token would be refused.")
         if read_only:
-            if user.is_staff:
-                # Quietly taking staff away could lock a person out; a read-only token wants its own user.
-                raise CommandError(f"User {username!r} is staff, so its token could write: use another user.")
-            user.groups.add(Group.objects.get_or_create(name=API_READERS)[0])
-        elif not user.is_staff:
-            user.is_staff = True
-            user.save(update_fields=["is_staff"])
-            self.stderr.write(f"made {username!r} staff: its token may write")
+            writes = configuration_permissions("add", "change", "delete")
+            if user.is_staff or len(missing_permissions(user, writes)) < len(writes):
+                # Quietly taking rights away could lock a person out; a read-only token wants its own user.
+                raise CommandError(
+                    f"User {username!r} is staff or may write, so its token could write: use another user."
+                )
+            user.groups.add(api_readers())
+        else:
+            if not user.is_staff:
+                user.is_staff = True
+                user.save(update_fields=["is_staff"])
+            grant_api_writer(user)
+            self.stderr.write(f"{username!r} may read and write endpoints, routes and guards with its token")
         if options["rotate"]:
             Token.objects.filter(user=user).delete()
         token, created = Token.objects.get_or_create(user=user)

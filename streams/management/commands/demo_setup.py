@@ -7,7 +7,9 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandParser
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bindings.services import do_put_route
 from config.env import BASE_DIR
@@ -32,6 +34,13 @@ class Command(BaseCommand):
         user_model = get_user_model()
         user = user_model.objects.filter(username=username).first() or user_model(username=username)
         user.is_staff = user.is_superuser = True
+        try:
+            validate_password(password, user)
+        except ValidationError as exc:
+            raise CommandError(
+                f"The admin password in {PASSWORD_FILE} is too weak ({' '.join(exc.messages)}): "
+                "delete the file and a new one is generated."
+            ) from None
         user.set_password(password)
         user.save()
         self.stdout.write(f"topic: {topic} ({'created' if created else 'exists'})")
