@@ -163,8 +163,9 @@ class Metrics:
 
     def _set_lags(self, lags: dict[tuple[str, int], int]) -> None:
         current = {(topic, str(partition)) for topic, partition in lags}
-        for gone in self._lags - current:  # dropped from the cache: no longer this process's to report
-            FETCH_LAG.remove(*gone)
+        # A partition dropped from the cache reads 0: in multiprocess mode a value cannot leave the shared files.
+        for gone in self._lags - current:
+            FETCH_LAG.labels(*gone).set(0)
         for (topic, partition), lag in lags.items():
             FETCH_LAG.labels(topic, str(partition)).set(lag)
         self._lags = current

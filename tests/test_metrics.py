@@ -6,13 +6,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from bindings.services import do_put_route
+from streams.kafka import Record
+from streams.metrics import Metrics
 from tests.conftest import unique, wait_until
 from tests.servers import HOST, children, free_port, healthy, start_daphne, start_web
 from tests.sse_client import EventStream
@@ -123,3 +127,30 @@ def test_with_a_token_set_metrics_are_for_its_bearer_only() -> None:
         assert ("sse_slow_clients_closed_total", ()) in scrape(server.url, authorization="Bearer scrape-secret")
     finally:
         server.stop()
+
+
+def test_a_fan_out_write_counts_every_client_in_events_bytes_and_latency_buckets() -> None:
+    route = unique("unit")
+    metrics = Metrics()
+    now_ms = int(time.time() * 1000)
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, {"route": route, **labels}) or 0.0
+
+    batch = [
+        (Record(partition=0, offset=0, key=None, value=b"a", headers=(), timestamp_ms=now_ms - 3), 10),
+        (Record(partition=0, offset=1, key=None, value=b"b", headers=(), timestamp_ms=now_ms - 200), 20),
+    ]
+    metrics.delivered(route, "topic", batch, clients=3)  # one write shared by three clients
+    metrics.delivered(route, "topic", [], clients=5)  # nothing written: nothing counted
+    assert sample("sse_events_delivered_total") == 0, "handed over only by sync()"
+    metrics.sync()
+    assert sample("sse_events_delivered_total") == 6
+    assert sample("sse_delivered_bytes_total") == 90
+    assert sample("sse_delivery_latency_seconds_count") == 6
+    assert sample("sse_delivery_latency_seconds_bucket", le="0.001") == 0
+    assert sample("sse_delivery_latency_seconds_bucket", le="0.1") == 3  # the 3 ms event, to each client
+    assert sample("sse_delivery_latency_seconds_bucket", le="0.25") == 6
+    assert 0.6 <= sample("sse_delivery_latency_seconds_sum") <= 0.7  # 3 x (0.003 + 0.2) s, and a little
+    metrics.sync()
+    assert sample("sse_events_delivered_total") == 6, "a sync hands each tally over once"
