@@ -51,6 +51,7 @@ class KeysUnavailable(Exception):
 # load routes.
 _jwks_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="jwks")
 JWKS_TIMEOUT_S = 5
+FAR_FUTURE_S = 2**53  # an exp past it is as good as never (and a float holds it exactly)
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,8 @@ class Verifier:
             identity=None if identity is MISSING or identity is None else _text(identity),
             roles=roles,
             attributes=attributes,
-            expires_at=None if claims.get("exp") is None else float(int(claims["exp"])),  # PyJWT checked int(exp)
+            # PyJWT checked int(exp); one past a float's range (10**400) is as good as never.
+            expires_at=None if claims.get("exp") is None else float(min(int(claims["exp"]), FAR_FUTURE_S)),
         )
 
 
