@@ -81,9 +81,14 @@ def claim(claims: Mapping[str, Any], path: str) -> Any:
 
 
 def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, separators=(",", ":"))
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        # JSON's `\ud800` escape reads as a lone surrogate, which no UTF-8 write (a filter's key, the delivery
+        # log) can take; replacing it could make two identities one.
+        raise InvalidToken("a claim holds a lone surrogate") from None
+    return text
 
 
 class Verifier:
