@@ -12,6 +12,7 @@ from django.test import Client, RequestFactory
 from rest_framework.exceptions import Throttled
 
 from bindings.problems import exception_handler, flatten_errors, server_error
+from tests.jwt_keys import public_jwk
 
 pytestmark = pytest.mark.django_db
 
@@ -148,3 +149,13 @@ def test_the_browsable_api_keeps_its_html_page(api: Client) -> None:
     response = api.get("/api/v1/routes/nope/", HTTP_ACCEPT="text/html")
     assert response.status_code == 404
     assert response["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400"])
+def test_a_guard_key_holding_a_number_past_json_s_range_is_a_400(api: Client, number: str) -> None:
+    """JSON's 1e400 reads as infinity, which Postgres refuses in jsonb: in a member PyJWK ignores, a 500."""
+    key = json.dumps({**public_jwk(), "x-rotated": "@"}).replace('"@"', number)
+    body = f'{{"name": "g", "issuer": "i", "audience": "a", "keys": [{key}]}}'
+    problem = problem_of(api.post("/api/v1/guards/", body, content_type="application/json"), 400)
+    assert list(problem["errors"]) == ["keys[0]"]
+    assert "infinity" in problem["errors"]["keys[0]"][0]
