@@ -14,6 +14,7 @@ takes longer than `CALL_TIMEOUT_S` fails the test: a hang is a defect like a 500
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,7 @@ from asgiref.sync import sync_to_async
 from django.core.asgi import get_asgi_application
 from django.db import connections
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
 from streams.asgi import Message
 from streams.endpoint import StreamEndpoint
@@ -156,6 +158,42 @@ def endpoint(loop_thread: LoopThread, transactional_db: None) -> Iterator[Endpoi
         yield found
     finally:
         found.close()
+
+
+def locations(document: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every place in a document, the root included."""
+    yield path
+    if isinstance(document, dict):
+        for key, value in document.items():
+            yield from locations(value, (*path, key))
+    elif isinstance(document, list):
+        for index, value in enumerate(document):
+            yield from locations(value, (*path, index))
+
+
+def mutate(document: Any, data: st.DataObject, times: int, values: st.SearchStrategy[Any]) -> Any:
+    """A copy of `document` with `times` places replaced by one of `values`, removed, or (in a mapping) renamed:
+    wrong types at every level of a valid document."""
+    document = copy.deepcopy(document)
+    for _ in range(times):
+        places = list(locations(document))
+        path = data.draw(st.sampled_from(places), label="where")
+        value = copy.deepcopy(data.draw(values, label="what"))  # a later mutation may change it
+        if not path:
+            document = value
+            continue
+        parent = document
+        for key in path[:-1]:
+            parent = parent[key]
+        key = path[-1]
+        action = data.draw(st.sampled_from(["replace", "remove", "rename"]), label="how")
+        if action == "remove":
+            del parent[key]
+        elif action == "rename" and isinstance(parent, dict):
+            parent[data.draw(st.sampled_from([None, 0, "", "x" * 300, "é", "t"]), label="to")] = parent.pop(key)
+        else:
+            parent[key] = value
+    return document
 
 
 def assert_not_a_server_error(response: Response) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import datetime
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from bindings.models import EVENT_ID_KEY_AND_ETAG
 from bindings.services import Actor, do_put_endpoint, do_put_guard, do_put_route
 from bindings.yaml_documents import DocumentError, load
 from bindings.zilla import ZillaConfigError, do_import_zilla, export_zilla
-from tests.fuzz import PURE, REQUESTS
+from tests.fuzz import PURE, REQUESTS, mutate
 from tests.jwt_keys import guard_fields
 
 pytestmark = pytest.mark.django_db
@@ -45,7 +44,7 @@ HOSTILE_VALUES: list[Any] = [
     {"$ref": "http://example.com/remote"}, {"$ref": 7}, datetime.date(2020, 1, 1), b"\xff\xfe", {1, 2},
     nested(60), nested(60, mapping=True),
 ]  # fmt: skip
-hostile = st.one_of(
+HOSTILE = st.one_of(
     st.sampled_from(HOSTILE_VALUES),
     st.recursive(
         st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=10)),
@@ -53,41 +52,6 @@ hostile = st.one_of(
         max_leaves=8,
     ),
 )
-
-
-def locations(document: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    """Every place in a document, the root included."""
-    yield path
-    if isinstance(document, dict):
-        for key, value in document.items():
-            yield from locations(value, (*path, key))
-    elif isinstance(document, list):
-        for index, value in enumerate(document):
-            yield from locations(value, (*path, index))
-
-
-def mutate(document: Any, data: st.DataObject, times: int) -> Any:
-    """`document` with `times` places replaced by a hostile value, removed, or (in a mapping) renamed."""
-    document = copy.deepcopy(document)
-    for _ in range(times):
-        places = list(locations(document))
-        path = data.draw(st.sampled_from(places), label="where")
-        value = copy.deepcopy(data.draw(hostile, label="what"))  # a later mutation may change it
-        if not path:
-            document = value
-            continue
-        parent = document
-        for key in path[:-1]:
-            parent = parent[key]
-        key = path[-1]
-        action = data.draw(st.sampled_from(["replace", "remove", "rename"]), label="how")
-        if action == "remove":
-            del parent[key]
-        elif action == "rename" and isinstance(parent, dict):
-            parent[data.draw(st.sampled_from([None, 0, "", "x" * 300, "é", ("t",)[0]]), label="to")] = parent.pop(key)
-        else:
-            parent[key] = value
-    return document
 
 
 @pytest.fixture
@@ -160,7 +124,7 @@ def dumped(document: Any) -> str:
 def test_a_zilla_yaml_with_hostile_values_anywhere_imports_or_is_a_config_error(
     exported: tuple[dict[str, Any], dict[str, Any]], data: st.DataObject, times: int
 ) -> None:
-    import_zilla(dumped(mutate(exported[0], data, times)))
+    import_zilla(dumped(mutate(exported[0], data, times, HOSTILE)))
 
 
 @REQUESTS
@@ -168,7 +132,7 @@ def test_a_zilla_yaml_with_hostile_values_anywhere_imports_or_is_a_config_error(
 def test_an_asyncapi_document_with_hostile_values_anywhere_imports_or_is_an_import_error(
     exported: tuple[dict[str, Any], dict[str, Any]], data: st.DataObject, times: int
 ) -> None:
-    import_document(dumped(mutate(exported[1], data, times)))
+    import_document(dumped(mutate(exported[1], data, times, HOSTILE)))
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), datetime.date(2020, 1, 1), b"\xff", {1, 2}], ids=repr)
