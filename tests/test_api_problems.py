@@ -159,3 +159,13 @@ def test_a_guard_key_holding_a_number_past_json_s_range_is_a_400(api: Client, nu
     problem = problem_of(api.post("/api/v1/guards/", body, content_type="application/json"), 400)
     assert list(problem["errors"]) == ["keys[0]"]
     assert "infinity" in problem["errors"]["keys[0]"][0]
+
+
+@pytest.mark.parametrize("depth", [65, 900, 5000])
+@pytest.mark.parametrize("url", ["/api/v1/endpoints/", "/api/v1/guards/", "/api/v1/import/zilla"])
+def test_a_body_nested_deeper_than_any_configuration_is_a_400(api: Client, url: str, depth: int) -> None:
+    """At 5000 levels the JSON parser's RecursionError was a 500; at 900 it parsed, and validation or the database
+    driver, deeper in the stack, overflowed instead."""
+    body = '{"name": "deep", "yaml": "", "cors_origins": %s}' % ("[" * depth + "]" * depth)
+    problem = problem_of(api.post(url, body, content_type="application/json"), 400)
+    assert "nested" in problem["detail"]

@@ -133,6 +133,8 @@ RAW_BODIES = [
     collection="endpoints", body=b'{"name": "a", "retry_ms": ' + b"9" * 5000 + b"}", content_type="application/json"
 )
 @example(collection="import/asyncapi", body=b'{"asyncapi": ' + b"9" * 5000 + b"}", content_type="application/json")
+@example(collection="guards", body=b"[" * 5000 + b"]" * 5000, content_type="application/json")  # was a 500
+@example(collection="import/zilla", body=b'{"yaml": ' + b"[" * 900 + b"]" * 900 + b"}", content_type="application/json")
 def test_a_body_that_is_not_json_or_not_utf8_is_a_4xx(
     api: Client, collection: str, body: bytes, content_type: str
 ) -> None:
