@@ -6,6 +6,9 @@ connections), reproducible examples (`derandomize`, so CI fails on the same inpu
 database in the repository. `PURE` (pure functions) and `REQUESTS` (a call of the real endpoint or API) fix the
 number of examples per test; every fuzz test runs in the normal suite.
 
+`mutate()` makes wrong types at every level of a valid document (a REST body, a zilla.yaml, an AsyncAPI
+document): values replaced, keys removed or renamed, anywhere in the tree.
+
 `call()` drives the real `StreamEndpoint` in the test process, over the real Postgres routes and the real broker,
 as daphne would: it sends the request, reads the response head and first chunk, then disconnects. A response that
 takes longer than `CALL_TIMEOUT_S` fails the test: a hang is a defect like a 500.
@@ -44,8 +47,8 @@ settings.register_profile(
     # Request-level tests share a function-scoped database and event loop across examples, on purpose.
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-PURE = settings(settings.get_profile("fuzz"), max_examples=150)
-REQUESTS = settings(settings.get_profile("fuzz"), max_examples=30)
+PURE = settings(settings.get_profile("fuzz"), max_examples=200)
+REQUESTS = settings(settings.get_profile("fuzz"), max_examples=40)
 
 CALL_TIMEOUT_S = 15.0
 
