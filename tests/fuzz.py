@@ -151,6 +151,7 @@ class Endpoint:
 
         self.loop_thread.run(stop())
         self.executor.shutdown()
+        self.runtime.delivery_log.close()  # its writer thread, started by the first refusal or stream
 
 
 @pytest.fixture
