@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from bindings.patterns import is_topic_name
 from bindings.services import do_put_route
+from streams.event_id import etag_id, key_id
 from streams.hub import current_hub
 from tests.conftest import unique
 from tests.fuzz import REQUESTS, Endpoint, assert_not_a_server_error, endpoint
@@ -128,6 +129,29 @@ def test_any_last_event_id_header_streams_or_is_a_400(
     else:
         assert response.status == 200
         assert response.body.startswith(b"retry:")
+
+
+@REQUESTS
+@given(
+    progress=st.dictionaries(
+        st.integers(0, 2**31 - 1), st.integers(-(2**63), 2**63 - 1) | st.sampled_from([-2, -1, 0, 1]), max_size=4
+    ),
+    key=st.none() | st.binary(max_size=8),
+    where=st.sampled_from(["header", "query"]),
+)
+@example(progress={0: 2**63 - 1}, key=None, where="header")  # past the end: a reset, from the earliest
+@example(progress={0: -(2**63), 7: 5}, key=b"k", where="query")  # before the start; a partition the topic lacks
+def test_a_well_formed_id_at_any_offset_resumes(
+    endpoint: Endpoint, stream_path: str, progress: dict[int, int], key: bytes | None, where: str
+) -> None:
+    """Offsets the topic never had, partitions it lacks: the stream still opens (docs/contract.md §4, §7)."""
+    text = (key_id(key, progress) if key is not None else etag_id(progress)).decode()
+    if where == "header":
+        response = endpoint.call(stream_path.encode(), headers=[(b"last-event-id", text.encode())])
+    else:
+        response = endpoint.call(stream_path.encode(), query=b"lastEventId=" + quote(text, safe="").encode())
+    assert response.status == 200, response
+    assert response.body.startswith(b"retry:")
 
 
 @REQUESTS
