@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.admin.views.decorators import staff_member_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
 from django.utils import timezone
 
@@ -17,6 +17,7 @@ from analytics import queries
 RANGES = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 DEFAULT_RANGE = "1h"
 REFRESH_S = 60
+EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC)  # what `from` and `to` may be
 
 
 class BadRange(ValueError):
@@ -50,9 +51,14 @@ def _instant(name: str, value: str | None, default: datetime) -> datetime:
         return default
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        # In UTC, as Postgres compares it; a time at the ends of Python's years overflows here, not later.
+        moment = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
+    except (ValueError, OverflowError):
         raise BadRange(f"{name} is an ISO 8601 time, e.g. 2026-11-22T10:00:00Z; not {value!r}") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    if not EARLIEST <= moment <= LATEST:
+        # Past these, a step added or a time shown in the server's zone overflows Python's year 9999 (a 500).
+        raise BadRange(f"{name} is a time between {EARLIEST:%Y} and {LATEST:%Y}; not {value!r}")
+    return moment
 
 
 def _csv(points: list[dict[str, Any]], filename: str) -> HttpResponse:
@@ -93,7 +99,12 @@ def _page(request: HttpRequest, template: str, route: str | None) -> HttpRespons
 
 @staff_member_required
 def overview(request: HttpRequest) -> HttpResponse:
-    return _page(request, "analytics/overview.html", request.GET.get("route") or None)
+    route = request.GET.get("route") or None
+    if route is not None and "\x00" in route:  # Postgres refuses it in a query (a 500); no route name has one
+        return HttpResponseBadRequest(
+            "route is a route's name, which holds no NUL character.", content_type="text/plain"
+        )
+    return _page(request, "analytics/overview.html", route)
 
 
 @staff_member_required

@@ -18,12 +18,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ParseError
-from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from bindings.history import Actor
+from bindings.parsers import JSONParser
 from bindings.permissions import configuration_permissions, reading, require
 from bindings.problems import PROBLEM_CONTENT_TYPE, JsonErrorsView, problem, query_flag, summary
 from bindings.zilla import ZillaConfigError, do_import_zilla, export_zilla

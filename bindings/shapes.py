@@ -11,6 +11,7 @@ serializers are these shapes (so the OpenAPI schema documents them) and leave th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -38,6 +39,23 @@ class Text(serializers.CharField):
         if not isinstance(data, str):
             self.fail("invalid")
         return str(super().to_internal_value(data))
+
+
+class JsonObject(serializers.DictField):
+    """An object JSON, and so Postgres, can hold: no NaN or infinity (JSON's `1e400` reads as one, YAML has
+    `.inf`), nothing JSON has no type for (YAML's dates, bytes and sets)."""
+
+    default_error_messages: ClassVar[dict[str, StrOrPromise]] = {
+        "not_json": "Holds a value JSON cannot: NaN, infinity, a date, bytes or a set."
+    }
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        value: dict[str, Any] = super().to_internal_value(data)
+        try:
+            json.dumps(value, allow_nan=False)
+        except (ValueError, TypeError, RecursionError):
+            self.fail("not_json")
+        return value
 
 
 class ClosedShape(serializers.Serializer[Any]):
@@ -149,7 +167,7 @@ class GuardShape(serializers.Serializer[Any]):
     issuer = Text(max_length=255, required=False, allow_blank=True)
     audience = Text(max_length=255, required=False, allow_blank=True)
     keys = serializers.ListField(
-        child=serializers.DictField(), required=False, help_text="Public keys: a JWKS list of JWK objects."
+        child=JsonObject(), required=False, help_text="Public keys: a JWKS list of JWK objects."
     )
     jwks_url = serializers.URLField(max_length=500, required=False, allow_blank=True)
     roles_claim = Text(max_length=255, required=False)

@@ -3,9 +3,10 @@ importers and exporters (zilla.yaml, AsyncAPI).
 
 Loading refuses, with a reason a user can act on: text that is not UTF-8, that is not valid YAML (or, with
 `is_json`, strict JSON), that is nested too deeply for the parser (a `RecursionError` would otherwise be a 500),
-and, unless the format allows them, YAML aliases (`*name`: a document that refers to itself, or one tiny as text
-and huge as data). A format that allows aliases bounds what they expand to itself. Writing never emits aliases,
-so what we export imports back under either rule.
+that holds a scalar Python cannot make (a date 2020-13-01, an integer of thousands of digits), and, unless the
+format allows them, YAML aliases (`*name`: a document that refers to itself, or one tiny as text and huge as
+data). A format that allows aliases bounds what they expand to itself. Writing never emits aliases, so what we
+export imports back under either rule.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ def load(text: str | bytes, *, aliases: bool = False, is_json: bool = False) -> 
         return yaml.load(text, Loader=yaml.SafeLoader if aliases else _NoAliasLoader)  # noqa: S506
     except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError, RecursionError) as exc:
         raise DocumentError("nested too deeply" if isinstance(exc, RecursionError) else str(exc)) from None
+    except ValueError as exc:
+        # A scalar that YAML types but Python cannot make (a date 2020-13-01, an integer past Python's 4300
+        # digits, in JSON too): without this, a 500. Python's advice after `;` is not the user's.
+        raise DocumentError(f"a value cannot be read: {str(exc).split(';')[0]}") from None
 
 
 class _NoAliasDumper(yaml.SafeDumper):

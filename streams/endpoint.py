@@ -30,7 +30,6 @@ from streams.guards import Refusal, Session, authorise
 from streams.http import (
     MAX_LAST_EVENT_ID_BYTES,
     STREAM_HEADERS,
-    STREAM_METHODS,
     cors_headers,
     last_event_id,
     problem,
@@ -51,8 +50,8 @@ from streams.routing import Match
 from streams.runtime import Runtime
 from streams.runtime import runtime as process_runtime
 from streams.server import FLOW_EXTENSION
-from streams.sessions import CHALLENGE_CONTENT_TYPE, CHALLENGE_EVENT
-from streams.side_requests import challenge_response, preflight
+from streams.sessions import CHALLENGE_EVENT
+from streams.side_requests import side_request
 
 log = logging.getLogger(__name__)
 
@@ -177,19 +176,7 @@ class Stream:
     async def run(self) -> None:
         method = self.scope["method"]
         path = self.path = raw_path(self.scope)
-        if method == "OPTIONS":
-            await preflight(self.scope, self.send, path, self.runtime.routes)
-            return
-        if method == "POST" and (header(self.scope, b"content-type") or b"").split(b";")[0].strip().lower() == (
-            CHALLENGE_CONTENT_TYPE
-        ):
-            await challenge_response(self.scope, self.receive, self.send, path, self.runtime)
-            return
-        if method not in {"GET", "HEAD"}:
-            await self.problem(
-                405, "Method not allowed", f"{method} is not allowed on a stream; use GET.",
-                reason="method", headers=((b"allow", STREAM_METHODS.encode()),),
-            )  # fmt: skip
+        if await side_request(self.scope, self.receive, self.send, path, self.runtime):
             return
         first = await self.receive()
         if first["type"] == "http.disconnect":

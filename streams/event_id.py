@@ -145,7 +145,7 @@ def parse_id(last_event_id: str | None) -> dict[int, int] | None:
     if text.startswith("["):
         try:
             parsed = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # `[[[…`: nested past the parser's limit, within 4096 bytes
             return None
         if not isinstance(parsed, list) or len(parsed) != 2 or not isinstance(parsed[1], str):  # noqa: PLR2004
             return None

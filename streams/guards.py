@@ -53,6 +53,7 @@ class KeysUnavailable(Exception):
 # JWKS fetches block; they get threads of their own so a slow identity provider never holds up the threads that
 # load routes. Each fetch ends by SSE_JWKS_TIMEOUT_S (streams/jwks.py).
 _jwks_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="jwks")
+FAR_FUTURE_S = 2**53  # an exp past it is as good as never (and a float holds it exactly)
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,14 @@ def claim(claims: Mapping[str, Any], path: str) -> Any:
 
 
 def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, separators=(",", ":"))
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        # JSON's `\ud800` escape reads as a lone surrogate, which no UTF-8 write (a filter's key, the delivery
+        # log) can take; replacing it could make two identities one.
+        raise InvalidToken("a claim holds a lone surrogate") from None
+    return text
 
 
 class Verifier:
@@ -178,7 +184,8 @@ class Verifier:
             identity=None if identity is MISSING or identity is None else _text(identity),
             roles=roles,
             attributes=attributes,
-            expires_at=None if claims.get("exp") is None else float(int(claims["exp"])),  # PyJWT checked int(exp)
+            # PyJWT checked int(exp); one past a float's range (10**400) is as good as never.
+            expires_at=None if claims.get("exp") is None else float(min(int(claims["exp"]), FAR_FUTURE_S)),
         )
 
 

@@ -15,6 +15,8 @@ from bindings.selectors import START_LIVE
 from streams.event_id import OFFSET_EARLIEST
 from streams.kafka import Watermarks
 
+MAX_TIMESTAMP_MS = 2**63 - 1  # a Kafka timestamp is a signed 64-bit number of milliseconds
+
 
 @dataclass(frozen=True)
 class Reset:
@@ -71,9 +73,13 @@ def since_offsets(found: Mapping[int, int], watermarks: Mapping[int, Watermarks]
 
 
 def parse_since(text: str) -> int:
-    """Epoch milliseconds from `?since=`: epoch ms, or ISO-8601 (a time without zone is UTC)."""
+    """Epoch milliseconds from `?since=`: epoch ms, or ISO-8601 (a time without zone is UTC). A time before 1970
+    is 0, from which every record qualifies: Kafka refuses a negative time (and reads -1 and -2 as the end and
+    the start); one past Kafka's 64-bit timestamps is refused here, where it still gets a 400."""
     text = text.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # not str.isdigit() alone: it takes '²', which int() does not
+        if len(text) > len(str(MAX_TIMESTAMP_MS)) or int(text) > MAX_TIMESTAMP_MS:
+            raise ValueError(f"since={text[:40]!r} is past the latest time Kafka can hold")
         return int(text)
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -81,4 +87,4 @@ def parse_since(text: str) -> int:
         raise ValueError(f"since={text!r} is neither epoch milliseconds nor an ISO-8601 time") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+    return max(0, int(moment.timestamp() * 1000))

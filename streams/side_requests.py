@@ -1,4 +1,4 @@
-"""The requests on a stream path that open no stream: a CORS preflight, and a challenge response
+"""The requests on a stream path that open no stream: a CORS preflight, a challenge response, another method
 (docs/contract.md §2, §6)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from streams.asgi import Receive, Scope, Send, header
 from streams.guards import accepted_by_any, credentials
 from streams.http import STREAM_METHODS, cors_headers, problem
 from streams.routes import RouteTable
+from streams.sessions import CHALLENGE_CONTENT_TYPE
 
 if TYPE_CHECKING:
     from streams.runtime import Runtime
@@ -20,6 +21,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_CHALLENGE_BODY_BYTES = 4096
+
+
+async def side_request(scope: Scope, receive: Receive, send: Send, path: str, runtime: Runtime) -> bool:
+    """Answer a request that opens no stream; False for a GET or HEAD, which may."""
+    method = scope["method"]
+    if method == "OPTIONS":
+        await preflight(scope, send, path, runtime.routes)
+    elif method == "POST" and (header(scope, b"content-type") or b"").split(b";")[0].strip().lower() == (
+        CHALLENGE_CONTENT_TYPE
+    ):
+        await challenge_response(scope, receive, send, path, runtime)
+    elif method not in {"GET", "HEAD"}:
+        runtime.refused("", 405, "method")
+        detail = f"{method} is not allowed on a stream; use GET."
+        await problem(send, 405, "Method not allowed", detail, headers=((b"allow", STREAM_METHODS.encode()),))
+    else:
+        return False
+    return True
 
 
 async def preflight(scope: Scope, send: Send, path: str, routes: RouteTable) -> None:

@@ -12,6 +12,7 @@ from django.test import Client, RequestFactory
 from rest_framework.exceptions import Throttled
 
 from bindings.problems import exception_handler, flatten_errors, server_error
+from tests.jwt_keys import public_jwk
 
 pytestmark = pytest.mark.django_db
 
@@ -160,3 +161,23 @@ def test_a_body_over_the_bound_is_a_413_problem_before_any_parsing(api: Client, 
         "/api/v1/routes/", {"name": "small", "topic": "t", "paths": ["/small"]}, content_type="application/json"
     )
     assert small.status_code == 201
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400"])
+def test_a_guard_key_holding_a_number_past_json_s_range_is_a_400(api: Client, number: str) -> None:
+    """JSON's 1e400 reads as infinity, which Postgres refuses in jsonb: in a member PyJWK ignores, a 500."""
+    key = json.dumps({**public_jwk(), "x-rotated": "@"}).replace('"@"', number)
+    body = f'{{"name": "g", "issuer": "i", "audience": "a", "keys": [{key}]}}'
+    problem = problem_of(api.post("/api/v1/guards/", body, content_type="application/json"), 400)
+    assert list(problem["errors"]) == ["keys[0]"]
+    assert "infinity" in problem["errors"]["keys[0]"][0]
+
+
+@pytest.mark.parametrize("depth", [65, 900, 5000])
+@pytest.mark.parametrize("url", ["/api/v1/endpoints/", "/api/v1/guards/", "/api/v1/import/zilla"])
+def test_a_body_nested_deeper_than_any_configuration_is_a_400(api: Client, url: str, depth: int) -> None:
+    """At 5000 levels the JSON parser's RecursionError was a 500; at 900 it parsed, and validation or the database
+    driver, deeper in the stack, overflowed instead."""
+    body = '{"name": "deep", "yaml": "", "cors_origins": %s}' % ("[" * depth + "]" * depth)
+    problem = problem_of(api.post(url, body, content_type="application/json"), 400)
+    assert "nested" in problem["detail"]

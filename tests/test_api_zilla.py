@@ -141,8 +141,13 @@ LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
 
 @pytest.mark.parametrize(
     ("text", "words"),
-    [(LAUGHS + "bindings: {}\n", "aliases"), ('bindings:\n  x:\n    type: "sse\\0"\n', "NUL")],
-    ids=["billion-laughs", "nul"],
+    [
+        (LAUGHS + "bindings: {}\n", "aliases"),
+        ('bindings:\n  x:\n    type: "sse\\0"\n', "NUL"),
+        ("name: 2020-13-01\nbindings: {}\n", "month must be in 1..12"),  # was a 500
+        ("name: " + "9" * 5000 + "\nbindings: {}\n", "4300 digits"),  # was a 500
+    ],
+    ids=["billion-laughs", "nul", "impossible-date", "huge-integer"],
 )
 def test_a_file_that_cannot_be_stored_is_a_400(admin: Client, text: str, words: str) -> None:
     response = post_yaml(admin, text)

@@ -444,6 +444,9 @@ def test_bad_input_is_a_400_naming_the_channel_and_field_and_writes_nothing(
         ("[" * 100_000 + "]" * 100_000, "application/yaml"),
         ("[" * 100_000 + "]" * 100_000, "application/json"),
         (b"asyncapi: \xff", "application/yaml"),
+        ("asyncapi: 2020-13-01", "application/yaml"),  # a date YAML types that Python cannot make: was a 500
+        ("asyncapi: " + "9" * 5000, "application/yaml"),  # past Python's 4300 digits: was a 500
+        ('{"asyncapi": ' + "9" * 5000 + "}", "application/json"),
     ],
 )
 def test_a_body_that_is_not_a_document_is_a_400_on_document(staff: Client, body: str, content_type: str) -> None:

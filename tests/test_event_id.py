@@ -51,7 +51,10 @@ def test_it_resumes_from_a_key_form_id_without_etag() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "100", "AQQABAI", "AgQABAIC", "AQQABA==", "AQQABAICAA==", "[", '["a"]', "[1,2]", "!!!!", "AQ==", "===="],
+    [
+        *("", "100", "AQQABAI", "AgQABAIC", "AQQABA==", "AQQABAICAA==", "[", '["a"]', "[1,2]", "!!!!", "AQ==", "===="),
+        "[" * 4000,  # nested past the JSON parser's recursion limit: was a RecursionError (a 500)
+    ],
 )
 def test_it_treats_malformed_ids_as_a_fresh_start(text: str) -> None:
     assert parse_id(text) is None

@@ -74,13 +74,18 @@ def test_since_offsets_stay_within_what_the_partition_holds() -> None:
         ("2023-11-14T23:13:20+01:00", 1_700_000_000_000),
         ("2023-11-14T22:13:20", 1_700_000_000_000),
         ("2023-11-14T22:13:20.5Z", 1_700_000_000_500),
+        ("9223372036854775807", 2**63 - 1),
+        ("0001-01-01", 0),  # before 1970: every record qualifies (Kafka refuses a negative time)
+        ("1969-12-31T23:59:59.999Z", 0),  # not -1, which Kafka reads as "the end"
     ],
 )
 def test_since_accepts_epoch_ms_and_iso_8601(text: str, epoch_ms: int) -> None:
     assert parse_since(text) == epoch_ms
 
 
-@pytest.mark.parametrize("text", ["yesterday", "", "-5", "2023-13-01"])
+@pytest.mark.parametrize(
+    "text", ["yesterday", "", "-5", "2023-13-01", "\u00b2", "\u0661", "9223372036854775808", "9" * 5000]
+)
 def test_since_rejects_anything_else(text: str) -> None:
     with pytest.raises(ValueError, match="since="):
         parse_since(text)

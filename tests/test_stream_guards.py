@@ -453,3 +453,18 @@ def test_an_identity_that_makes_no_topic_name_is_404(daphne_url: str, guard: str
     response = httpx.get(daphne_url + path, headers=bearer(token("alice@example.com")), timeout=5)
     assert response.status_code == 404
     assert response.json()["topic"] == "user-alice@example.com"
+
+
+def test_an_exp_past_a_floats_range_streams_as_if_it_never_came(
+    daphne_url: str, new_topic: Callable[..., str], guard: str
+) -> None:
+    path = guarded_route(new_topic(), guard, ["read"])
+    with EventStream(daphne_url + path, headers=bearer(token(exp=10**400)), timeout=5) as stream:
+        assert stream.response.status_code == 200  # was a 500: float(10**400) overflows
+        assert stream.next_block().retry == 2000
+
+
+def test_an_identity_with_a_lone_surrogate_is_401(daphne_url: str, new_topic: Callable[..., str], guard: str) -> None:
+    path = guarded_route(new_topic(), guard, ["read"], filters=[{"key": f"${{guarded['{guard}'].identity}}"}])
+    response = httpx.get(daphne_url + path, headers=bearer(token("\ud800")), timeout=5)  # `"sub":"\ud800"` in JSON
+    assert response.status_code == 401  # was a 500: the identity cannot be written as UTF-8
