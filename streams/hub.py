@@ -20,6 +20,7 @@ from django.conf import settings
 
 from config.kafka import KafkaSettings
 from streams.cache import Cache
+from streams.deletions import Deletions
 from streams.fetcher import FetchedBatch, Fetcher
 from streams.kafka import Metadata, TopicInfo, Watermarks
 from streams.starts import Positions, StartFinder
@@ -46,6 +47,9 @@ class Subscriber(Watched, Protocol):
 
     def account(self, clients: int) -> None:
         """Count what the last write delivered, to `clients` clients (a group's leader counts for the group)."""
+
+    def gone(self) -> None:
+        """The topic was deleted: the stream ends (streams/deletions.py)."""
 
 
 @dataclass
@@ -80,7 +84,10 @@ class Hub:
         self.fan_out = FanOut(loop, coalesce_s)
         self.metadata = Metadata(kafka)
         self.cache = Cache(cache_bytes)
-        self.fetcher = Fetcher(kafka, loop, self._on_batch)
+        self.deletions = Deletions(self)
+        self.fetcher = Fetcher(
+            kafka, loop, self._on_batch, on_restart=self.deletions.restarted, on_errors=self.deletions.suspect
+        )
         self.starts = StartFinder(self.metadata, self.cache, loop)
         self.topics: dict[str, TopicState] = {}
         self._describing: dict[str, asyncio.Task[TopicState]] = {}
@@ -129,6 +136,9 @@ class Hub:
     async def _describe(self, name: str) -> TopicState:
         info = await self.metadata.describe(name)
         state = self.topics.get(name)
+        if state is not None and state.info.topic_id and info.topic_id and info.topic_id != state.info.topic_id:
+            self.deletions.drop(name)  # deleted and created again under its name: another topic
+            state = None
         if state is None:
             state = self.topics[name] = TopicState(name, info, time.monotonic())
         else:
@@ -212,6 +222,8 @@ class Hub:
             "cache_bytes": self.cache.bytes,
             "stalled_streams": self.stalls.stalled,
             "stalls_noticed": self.stalls.noticed,
+            "fetcher_restarts": self.fetcher.thread.restarts,
+            "topics_deleted": self.deletions.dropped,
         }
 
 

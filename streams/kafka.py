@@ -73,6 +73,7 @@ class Record:
 class TopicInfo:
     partitions: list[int]
     compacted: bool  # cleanup.policy includes compact
+    topic_id: str = ""  # Kafka's id of the topic: a topic deleted and created again under its name has another
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,8 @@ class Metadata:
         configs = await self._result(self._admin.describe_configs([resource])[resource])
         policy = configs.get("cleanup.policy")
         compacted = policy is not None and "compact" in str(policy.value or "").split(",")
-        return TopicInfo(partitions=sorted(p.id for p in description.partitions), compacted=compacted)
+        topic_id = str(description.topic_id) if description.topic_id is not None else ""
+        return TopicInfo(sorted(p.id for p in description.partitions), compacted=compacted, topic_id=topic_id)
 
     async def _offsets(self, topic: str, specs: dict[int, OffsetSpec]) -> dict[int, int]:
         query = {TopicPartition(topic, p): spec for p, spec in specs.items()}
