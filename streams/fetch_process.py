@@ -1,7 +1,8 @@
-"""The fetcher's consumer, in a child process of the web worker: what crashes in librdkafka ends only this process.
+"""The worker's Kafka consumers, in child processes: what crashes in librdkafka ends only such a process.
 
 Started by `ConsumerProcess` (streams/fetcher.py) as `python -m streams.fetch_process FD`, where FD is its end of
-a socket pair carrying pickled messages both ways. It imports no Django and knows nothing of streams: it applies
+a socket pair carrying pickled messages both ways; with `host` after FD, it hosts the historical readers'
+consumers instead (`Host`, streams/consumer_host.py). It imports no Django and knows nothing of streams: it applies
 the commands it is given, in order, polls, and sends back what it fetched.
 
 Commands (parent to child), tuples:
@@ -23,10 +24,15 @@ A record tuple is (partition, offset, key, value, headers, timestamp_ms). The ch
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
+import queue
 import sys
+import threading
 import time
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -194,9 +200,105 @@ def _partitions(keys: Iterable[Key]) -> list[TopicPartition]:
     return [TopicPartition(topic, partition) for topic, partition in sorted(keys)]
 
 
+class Host:
+    """`host` mode: the historical readers' consumers (streams/consumer_host.py), one thread each, so one reader's
+    poll never waits for another's. Requests are (request id, reader id, operation, arguments); each gets
+    (request id, ok, result or error text). Operations: ("open", config, topic, [(partition, offset), ...]),
+    ("read", timeout, batch size) -> ([record tuple, ...], [partitions at their end]), ("close",)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()  # the readers' threads reply on one socket
+        self.readers: dict[int, queue.SimpleQueue[tuple[int, str, tuple[Any, ...]]]] = {}
+
+    def run(self) -> None:
+        while True:
+            try:
+                request, reader, operation, args = self.conn.recv()
+            except (EOFError, OSError):
+                return
+            found = self.readers.get(reader)
+            if found is None:
+                found = self.readers[reader] = queue.SimpleQueue()
+                threading.Thread(target=self.serve, args=(reader, found), daemon=True).start()
+            found.put((request, operation, args))
+
+    def serve(self, reader: int, requests: queue.SimpleQueue[tuple[int, str, tuple[Any, ...]]]) -> None:
+        consumer: Consumer | None = None
+        while True:
+            request, operation, args = requests.get()
+            result: Any = None
+            try:
+                if operation == "open":
+                    config, topic, offsets = args
+                    consumer = Consumer(config)
+                    consumer.assign([TopicPartition(topic, p, o) for p, o in offsets])
+                elif operation == "read" and consumer is not None:
+                    result = read(consumer, *args)
+                elif operation == "close" and consumer is not None:
+                    consumer.close()
+                ok = True
+            except Exception as exc:
+                ok, result = False, str(exc)
+            with self.lock:
+                self.conn.send((request, ok, result))
+            if operation == "close":
+                self.readers.pop(reader, None)
+                return
+
+
+def read(consumer: Consumer, timeout: float, batch_size: int) -> tuple[list[RecordTuple], list[int]]:
+    """What one poll gives (then what is already fetched, up to `batch_size`): records, and partitions at their end."""
+    records: list[RecordTuple] = []
+    eof: list[int] = []
+    first = consumer.poll(timeout)
+    if first is None:
+        return records, eof
+    for message in [first, *consumer.consume(batch_size - 1, 0)]:
+        error = message.error()
+        if error is None:
+            records.append(record_tuple(message))
+        elif error.code() == KafkaError._PARTITION_EOF:
+            eof.append(message.partition() or 0)
+        else:
+            log.warning("kafka: %s", error.str())
+    return records, eof
+
+
+class JsonLines(logging.Formatter):
+    """The worker's JSON log lines (config/logs.py, not imported: its package starts Celery)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": "-",
+            "process": record.process,
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def log_to_stderr() -> None:
+    """As the worker logs (`LOG_FORMAT`, `LOG_LEVEL`): one line per record on stderr."""
+    handler = logging.StreamHandler()
+    if os.environ.get("LOG_FORMAT") == "json":
+        handler.setFormatter(JsonLines())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [-] %(message)s"))
+    level = os.environ.get("LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(level=level if level in logging.getLevelNamesMapping() else "INFO", handlers=[handler])
+
+
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s[%(process)d]: %(message)s")
+    log_to_stderr()
     conn = Connection(int(sys.argv[1]))
+    if sys.argv[2:] == ["host"]:
+        Host(conn).run()
+        return
     try:
         name, config, batch_size = conn.recv()
     except EOFError:
