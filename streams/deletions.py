@@ -16,10 +16,10 @@ import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from streams.kafka import TopicNotFoundError
+from streams.kafka import TopicInfo, TopicNotFoundError
 
 if TYPE_CHECKING:
-    from streams.hub import Hub
+    from streams.hub import Hub, TopicState
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,7 @@ RECHECK_AFTER_S = 5.0  # a topic the consumer keeps reporting unknown is describ
 class Deletions:
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
+        hub.fetcher.on_restart, hub.fetcher.on_errors = self.restarted, self.suspect
         self.dropped = 0  # topics dropped since the process started
         self._checking: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -77,12 +78,21 @@ class Deletions:
         known = state.info.topic_id if state is not None else ""
         return bool(known and info.topic_id and info.topic_id != known)
 
+    def current(self, topic: str, info: TopicInfo) -> TopicState | None:
+        """The topic's state, unless there is none or `info` (just described) is of another topic by that name:
+        then the old one was deleted, and is dropped."""
+        state = self.hub.topics.get(topic)
+        if state is not None and state.info.topic_id and info.topic_id and info.topic_id != state.info.topic_id:
+            self.drop(topic)
+            return None
+        return state
+
+    def stats(self) -> dict[str, int]:
+        return {"fetcher_restarts": self.hub.fetcher.thread.restarts, "topics_deleted": self.dropped}
+
     def drop(self, topic: str) -> None:
         """Forget the deleted topic everywhere in the process and end its streams."""
-        hub = self.hub
-        state = hub.topics.pop(topic, None)
-        hub.fetcher.forget(topic)
-        hub.cache.drop(topic)
+        state = forget(self.hub, topic)
         self.dropped += 1
         if state is None:
             return
@@ -92,3 +102,10 @@ class Deletions:
             state.fanout = None
         for subscriber in list(state.subscribers):
             subscriber.gone()
+
+
+def forget(hub: Hub, topic: str) -> TopicState | None:
+    """Drop the topic from the process (deleted, or idle too long): its partitions, cache windows and state."""
+    hub.fetcher.forget(topic)
+    hub.cache.drop(topic)
+    return hub.topics.pop(topic, None)

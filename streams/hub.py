@@ -20,7 +20,7 @@ from django.conf import settings
 
 from config.kafka import KafkaSettings
 from streams.cache import Cache
-from streams.deletions import Deletions
+from streams.deletions import Deletions, forget
 from streams.fetcher import FetchedBatch, Fetcher
 from streams.kafka import Metadata, TopicInfo, Watermarks
 from streams.starts import Positions, StartFinder
@@ -84,10 +84,8 @@ class Hub:
         self.fan_out = FanOut(loop, coalesce_s)
         self.metadata = Metadata(kafka)
         self.cache = Cache(cache_bytes)
-        self.deletions = Deletions(self)
-        self.fetcher = Fetcher(
-            kafka, loop, self._on_batch, on_restart=self.deletions.restarted, on_errors=self.deletions.suspect
-        )
+        self.fetcher = Fetcher(kafka, loop, self._on_batch)
+        self.deletions = Deletions(self)  # takes the fetcher's word on lost consumers and unknown topics
         self.starts = StartFinder(self.metadata, self.cache, loop)
         self.topics: dict[str, TopicState] = {}
         self._describing: dict[str, asyncio.Task[TopicState]] = {}
@@ -135,10 +133,7 @@ class Hub:
 
     async def _describe(self, name: str) -> TopicState:
         info = await self.metadata.describe(name)
-        state = self.topics.get(name)
-        if state is not None and state.info.topic_id and info.topic_id and info.topic_id != state.info.topic_id:
-            self.deletions.drop(name)  # deleted and created again under its name: another topic
-            state = None
+        state = self.deletions.current(name, info)  # None also when the name now names another topic
         if state is None:
             state = self.topics[name] = TopicState(name, info, time.monotonic())
         else:
@@ -209,9 +204,7 @@ class Hub:
         now = time.monotonic() if now is None else now
         for state in list(self.topics.values()):
             if state.idle_since is not None and not state.subscribers and now - state.idle_since > self._idle_s:
-                self.fetcher.unassign(state.name, state.info.partitions)
-                self.cache.drop(state.name)
-                del self.topics[state.name]
+                forget(self, state.name)
 
     def stats(self) -> dict[str, int]:
         return {
@@ -222,8 +215,7 @@ class Hub:
             "cache_bytes": self.cache.bytes,
             "stalled_streams": self.stalls.stalled,
             "stalls_noticed": self.stalls.noticed,
-            "fetcher_restarts": self.fetcher.thread.restarts,
-            "topics_deleted": self.deletions.dropped,
+            **self.deletions.stats(),
         }
 
 
