@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -294,6 +295,9 @@ def log_to_stderr() -> None:
 
 
 def main() -> None:
+    # A terminal's Ctrl-C reaches the worker's whole process group: the worker decides, and this process ends
+    # when the worker's end of the socket closes.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     log_to_stderr()
     conn = Connection(int(sys.argv[1]))
     if sys.argv[2:] == ["host"]:
