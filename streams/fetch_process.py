@@ -83,6 +83,8 @@ class Fetch:
                 if self.polling and self.in_flight < MAX_BATCHES_IN_FLIGHT:
                     self.poll()
                     self.note_highs()
+        except OSError:  # the parent went away while this process sent to it
+            return
         finally:
             self.consumer.close()
 

@@ -266,23 +266,26 @@ class ConsumerProcess:
             except (EOFError, OSError):
                 break
             kind = message[0]
-            if kind == "batch":
-                _, records, eof, epochs = message
-                batch = FetchedBatch(
-                    records={key: [Record(*r) for r in found] for key, found in records.items()},
-                    eof=set(eof),
-                    epochs=epochs,
-                )
-                call(deliver, batch)
-            elif kind == "highs":
-                self.highs = message[1]
-            elif kind == "errors":
-                call(self._fetcher.on_errors, set(message[1]))
-        code = process.wait()
+            try:
+                if kind == "batch":
+                    _, records, eof, epochs = message
+                    batch = FetchedBatch(
+                        records={key: [Record(*r) for r in found] for key, found in records.items()},
+                        eof=set(eof),
+                        epochs=epochs,
+                    )
+                    call(deliver, batch)
+                elif kind == "highs":
+                    self.highs = message[1]
+                elif kind == "errors":
+                    call(self._fetcher.on_errors, set(message[1]))
+            except RuntimeError:  # the loop closed: the process is stopping
+                break
         with self._lock:
             if self._conn is conn:
                 self._conn = None
-        conn.close()
+            conn.close()  # a child still running (the loop closed) sees its socket close and exits
+        code = process.wait()
         if self._running:
             with contextlib.suppress(RuntimeError):  # the loop closed: the process is stopping
                 call(self._lost, code)
