@@ -451,7 +451,10 @@ def run_child(name: str, bootstrap: str, use_gdb: bool) -> None:
     crashed = [line for line in child.stderr.splitlines() if "Fatal Python error" in line or "File " in line]
     if child.returncode < 0:
         print(f"  -> killed by signal {signal.Signals(-child.returncode).name}")
-        print("  " + "\n  ".join(crashed[:20]))
+        if crashed:
+            print("  " + "\n  ".join(crashed[:20]))
+        elif not use_gdb:
+            print("  (faulthandler printed nothing: the crash is on a thread of librdkafka's; --gdb shows it)")
     else:
         print(f"  -> exit code {child.returncode}")
         if child.returncode:
