@@ -11,12 +11,14 @@ answer problems under `/api/` and Django's usual pages elsewhere.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions
@@ -29,6 +31,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 API_PREFIX = "/api/"
+DATABASE_DOWN = (OperationalError, InterfaceError)
 # Only the status says what went wrong; the title is its phrase, as RFC 9457 asks for "about:blank".
 PROBLEM_TYPE = "about:blank"
 DETAIL_MAX_CHARS = 500
@@ -191,6 +194,12 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
+    """Django's 500; a 503 with `retry-after` when the database cannot be reached (it is the outage, not us)."""
+    if isinstance(sys.exc_info()[1], DATABASE_DOWN):  # Django calls this inside its `except`
+        detail = "The configuration database cannot be reached; retry in a moment."
+        response = problem_response(503, detail) if is_api(request) else HttpResponse(detail, status=503)
+        response["Retry-After"] = "5"
+        return response
     if is_api(request):
         return problem_response(500, "The server failed to answer; the error is logged.")
     return defaults.server_error(request)

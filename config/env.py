@@ -109,6 +109,8 @@ def database_from_url(name: str, url: str) -> dict[str, object]:
         "HOST": parts.hostname or "",
         "PORT": str(port or ""),
         "CONN_MAX_AGE": 0,
+        # An unreachable database is an error within seconds, not a request hanging on the kernel's timeout.
+        "OPTIONS": {"connect_timeout": 3},
     }
 
 

@@ -18,6 +18,7 @@ from collections.abc import Coroutine, MutableMapping
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 
 from bindings.patterns import is_topic_name
 from bindings.selectors import SLOW_CLIENT_CONFLATE, RouteSpec
@@ -54,6 +55,8 @@ from streams.sessions import CHALLENGE_EVENT
 from streams.side_requests import side_request
 
 log = logging.getLogger(__name__)
+
+RETRY_SOON = ((b"retry-after", b"5"),)
 
 
 class StreamEndpoint:
@@ -189,7 +192,12 @@ class Stream:
             detail = f"Last-Event-ID is longer than {MAX_LAST_EVENT_ID_BYTES} bytes."
             await self.problem(400, "Bad request", detail, reason="last_event_id")
             return
-        candidates = await self.runtime.routes.candidates(path)
+        try:
+            candidates = await self.runtime.routes.candidates(path)
+        except DatabaseError:  # and no table read before (streams/routes.py)
+            detail = "The routes cannot be read now; retry in a moment."
+            await self.problem(503, "Routes unavailable", detail, reason="database", headers=RETRY_SOON)
+            return
         if not candidates:
             await self.problem(404, "No route", f"No route matches {path}.", reason="no_route")
             return
@@ -237,10 +245,8 @@ class Stream:
             return
         except KafkaUnavailableError as exc:
             log.warning("kafka unavailable for %s: %s", matched.topic, exc)
-            await self.problem(
-                503, "Kafka unavailable", "The message broker cannot be reached; retry later.",
-                reason="kafka_unavailable", headers=((b"retry-after", b"5"),),
-            )  # fmt: skip
+            detail = "The message broker cannot be reached; retry later."
+            await self.problem(503, "Kafka unavailable", detail, reason="kafka_unavailable", headers=RETRY_SOON)
             return
         source = start_source(hub.cache, state.name, opened.starts)
         if source is Source.HISTORY and not ReaderStats.room(hub.kafka):

@@ -18,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 
 from bindings.changes import CHANGES_GROUP
 from bindings.selectors import GuardSpec, RouteSpec, route_specs
@@ -32,6 +33,7 @@ from streams.routing import CompiledRoute, Match, compile_routes, match_all, pat
 log = logging.getLogger(__name__)
 
 MAX_AGE_S = 30.0
+DATABASE_RETRY_S = 1.0
 
 
 def _load() -> tuple[RouteSpec, ...]:
@@ -82,6 +84,7 @@ class RouteTable:
         self._listener: asyncio.Task[None] | None = None
         self._eager: set[asyncio.Task[None]] = set()
         self._miss_reload_at = float("-inf")  # when a path no route matched last read the table
+        self._failed_at = float("-inf")  # when a read last failed
 
     async def match(self, path: str) -> Match | None:
         """The first route matching `path`."""
@@ -89,17 +92,31 @@ class RouteTable:
         return found[0] if found else None
 
     async def candidates(self, path: str) -> list[Match]:
-        """Every route matching `path`, in order (the first whose guards authorise serves)."""
+        """Every route matching `path`, in order (the first whose guards authorise serves). While the database
+        cannot be read, the last table read answers (DatabaseError only when there is none)."""
         asked = asyncio.get_running_loop().time()
-        if self.stale or asked - self.loaded_at > MAX_AGE_S:
-            await self.reload(not_before=asked)
+        if (self.stale or asked - self.loaded_at > MAX_AGE_S) and self._may_read(asked):
+            await self._read(self.reload(not_before=asked))
         found = match_all(self.routes, path)
-        if not found and self.loaded_at < asked:
+        if not found and self.loaded_at < asked and self._may_read(asked):
             # Maybe a route committed a moment ago, its announcement still on its way: a table read after this
             # request arrived has every route committed before it.
-            await self._reload_after_miss(asked)
+            await self._read(self._reload_after_miss(asked))
             found = match_all(self.routes, path)
         return found
+
+    def _may_read(self, now: float) -> bool:
+        """No read within DATABASE_RETRY_S of a failed one: meanwhile the last table answers at once."""
+        return self.loaded_at == float("-inf") or now - self._failed_at >= DATABASE_RETRY_S
+
+    async def _read(self, reading: Coroutine[Any, Any, None]) -> None:
+        try:
+            await reading
+        except DatabaseError:
+            log.warning("route table: the database cannot be read; the last table answers", exc_info=True)
+            if self.loaded_at == float("-inf"):
+                raise  # no table yet: nothing to answer with
+            self._failed_at = asyncio.get_running_loop().time()
 
     async def _reload_after_miss(self, asked: float) -> None:
         """A table read after `asked`, at most one per SSE_UNKNOWN_PATH_RELOAD_MS for unknown paths: requests
