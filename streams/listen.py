@@ -23,20 +23,29 @@ RETRY_S = 5.0
 
 
 async def listen(
-    group: str, handle: Callable[[dict[str, Any]], Awaitable[None]], *, on_error: Callable[[], None] | None = None
+    group: str,
+    handle: Callable[[dict[str, Any]], Awaitable[None]],
+    *,
+    on_error: Callable[[], None] | None = None,
+    on_rejoin: Callable[[], None] | None = None,
 ) -> None:
     """Call `handle` with every message sent to `group`, until cancelled. `on_error` runs when the layer fails
-    (messages may have been missed meanwhile)."""
+    (messages may have been missed meanwhile), `on_rejoin` once the group is joined again after a failure (to
+    catch up on what was missed)."""
     layer = get_channel_layer()
     if layer is None:
         return
     loop = asyncio.get_running_loop()
+    failed = False
     while True:
         channel = None
         try:
             channel = await layer.new_channel()
             await layer.group_add(group, channel)
             joined = loop.time()
+            if failed and on_rejoin is not None:
+                on_rejoin()
+            failed = False
             while True:
                 if loop.time() - joined > REJOIN_S:
                     await layer.group_add(group, channel)
@@ -50,6 +59,7 @@ async def listen(
             raise
         except Exception:
             log.warning("the channel layer group %s cannot be heard; retrying", group, exc_info=True)
+            failed = True
             if on_error is not None:
                 on_error()
             if channel is not None:

@@ -184,7 +184,9 @@ class RouteTable:
         def missed() -> None:
             self.stale = True
 
-        await listen(CHANGES_GROUP, changed, on_error=missed)
+        # Back after an outage of the layer: read the table now, so that streams of a route changed meanwhile
+        # close without waiting for a request to notice the table is stale.
+        await listen(CHANGES_GROUP, changed, on_error=missed, on_rejoin=self._reload_soon)
 
     def guards(self) -> set[GuardSpec]:
         """The guards the routes of the table use."""
