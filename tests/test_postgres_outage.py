@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def behind_a_cuttable_database() -> Iterator[tuple[DaphneServer, TcpProxy]]:
     db = settings.DATABASES["default"]
-    proxy = TcpProxy(int(db["PORT"]))
+    proxy = TcpProxy(int(str(db["PORT"])))
     url = f"postgres://{db['USER']}:{db['PASSWORD']}@{proxy.address}/{db['NAME']}"
     server = start_daphne({"DATABASE_URL": url}, log_name="test-daphne-postgres-outage")
     try:
