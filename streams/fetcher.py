@@ -1,9 +1,15 @@
-"""The fetcher: one thread per process owning one Kafka consumer for every topic-partition any stream reads.
+"""The fetcher: one Kafka consumer per web process for every topic-partition any stream reads, in a child process.
 
 No consumer group: partitions are added with `incremental_assign()` at explicit offsets, so each is fetched
-once however many subscribers read it. Batches go to the event loop with `call_soon_threadsafe`. Partitions
-nobody reads are paused, and dropped after a while (the hub decides). librdkafka reconnects by itself after
-a broker loss and keeps each partition's fetch position, so nothing is skipped or fetched twice.
+once however many subscribers read it. Partitions nobody reads are paused, and dropped after a while (the hub
+decides). librdkafka reconnects by itself after a broker loss and keeps each partition's fetch position, so
+nothing is skipped or fetched twice.
+
+The consumer runs in a child process (streams/fetch_process.py, decision 0008): a crash inside librdkafka (a
+topic deleted while it is fetched makes librdkafka 2.16 crash on some brokers) ends that process, not the web
+worker and its streams. The fetcher then starts another one and assigns every partition again where the cache
+ends, after the hub has checked which topics still exist. A thread of the worker reads what the child sends and
+hands batches to the event loop with `call_soon_threadsafe`.
 """
 
 from __future__ import annotations
@@ -12,23 +18,28 @@ import asyncio
 import contextlib
 import enum
 import logging
-import queue
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
 
 from config.kafka import KafkaSettings
-from streams.kafka import Record, record_of
+from streams.kafka import Record
 
 log = logging.getLogger(__name__)
 
 BatchHandler = Callable[["FetchedBatch"], None]
-BATCH_BYTES = 4 * 1024 * 1024  # one batch handed to the loop holds about this much at most
-MAX_BATCHES_IN_FLIGHT = 2
-HIGHS_EVERY_S = 1.0  # how often the thread notes Kafka's end of each partition, for the fetch-lag metric
+ROOT = Path(__file__).resolve().parent.parent
+RESTART_BACKOFF_S = (0.0, 0.2, 0.5, 1.0, 2.0, 5.0)  # before the n-th restart in a row of a consumer that died young
+YOUNG_S = 10.0  # a consumer process that dies sooner than this after its start died young
+GIVE_UP_AFTER = 5  # restarts in a row of a consumer that dies young: then the process reports itself not ready
 
 Key = tuple[str, int]  # (topic, partition)
 
@@ -54,6 +65,7 @@ class Fetch(enum.Enum):
 class Assignment:
     state: Fetch
     epoch: int  # which assignment of the partition this is: records polled under an older one are dropped
+    next: int  # the offset to fetch next: where a new consumer process starts it
 
 
 @dataclass
@@ -65,13 +77,26 @@ class FetchedBatch:
 
 class Fetcher:
     """The loop's side of the fetch: which partitions are assigned and in what state (`Fetch`). Each change is
-    recorded here, then carried out by the consumer's thread (`ConsumerThread`) in the same order."""
+    recorded here, then sent to the consumer's process (`ConsumerProcess`), which applies it in the same order.
+
+    `on_restart(topics)` is called when a new consumer process replaced one that died: it must call
+    `reassign(topic)` for each topic still to fetch (the hub first checks that it exists). `on_errors(topics)`
+    is called with the topics the broker reported unknown."""
 
     def __init__(
-        self, kafka: KafkaSettings, loop: asyncio.AbstractEventLoop, on_batch: BatchHandler, *, batch_size: int = 500
+        self,
+        kafka: KafkaSettings,
+        loop: asyncio.AbstractEventLoop,
+        on_batch: BatchHandler,
+        *,
+        batch_size: int = 500,
+        on_restart: Callable[[set[str]], None] | None = None,
+        on_errors: Callable[[set[str]], None] | None = None,
     ) -> None:
         self._on_batch = on_batch
-        self.thread = ConsumerThread(kafka, loop, self._deliver, batch_size=batch_size)
+        self.on_restart = on_restart or self._reassign_all
+        self.on_errors = on_errors or (lambda topics: None)
+        self.thread = ConsumerProcess(kafka, loop, self, batch_size=batch_size)
         self._epoch = 0
         self.partitions: dict[Key, Assignment] = {}  # read and changed on the loop thread only
 
@@ -87,39 +112,47 @@ class Fetcher:
         if key in self.partitions:
             self.unassign(topic, [partition])
         self._epoch += 1
-        epoch = self._epoch
-        self.partitions[key] = Assignment(Fetch.FETCHING, epoch)
-        self.thread.command(lambda thread, consumer: thread.assign(consumer, key, offset, epoch))
+        self.partitions[key] = Assignment(Fetch.FETCHING, self._epoch, offset)
+        self.thread.send(("assign", topic, partition, offset, self._epoch))
+
+    def reassign(self, topic: str) -> None:
+        """Assign the topic's partitions again where the cache ends (a new consumer process has none)."""
+        for key, found in self.partitions.items():
+            if key[0] == topic:
+                self._epoch += 1
+                found.epoch = self._epoch
+                self.thread.send(("assign", *key, found.next, found.epoch))
+                if found.state is Fetch.PAUSED:
+                    self.thread.send(("pause", [key]))
+
+    def _reassign_all(self, topics: set[str]) -> None:
+        for topic in topics:
+            self.reassign(topic)
 
     def unassign(self, topic: str, partitions: Iterable[int]) -> None:
         keys = {(topic, p) for p in partitions} & self.partitions.keys()
-        if not keys:
-            return
-        paused = {key for key in keys if self.partitions[key].state is Fetch.PAUSED}
         for key in keys:
             del self.partitions[key]
-        self.thread.command(lambda thread, consumer: thread.unassign(consumer, topic, keys, paused))
+        if keys:
+            self.thread.send(("unassign", sorted(keys)))
+
+    def forget(self, topic: str) -> None:
+        """Stop fetching every partition of the topic (it was deleted)."""
+        self.unassign(topic, [p for t, p in self.partitions if t == topic])
 
     def pause(self, topic: str, partitions: Iterable[int]) -> None:
-        self._move(topic, partitions, Fetch.FETCHING, Fetch.PAUSED, Consumer.pause)
+        self._move(topic, partitions, Fetch.FETCHING, Fetch.PAUSED)
 
     def resume(self, topic: str, partitions: Iterable[int]) -> None:
-        self._move(topic, partitions, Fetch.PAUSED, Fetch.FETCHING, Consumer.resume)
+        self._move(topic, partitions, Fetch.PAUSED, Fetch.FETCHING)
 
-    def _move(
-        self,
-        topic: str,
-        partitions: Iterable[int],
-        before: Fetch,
-        after: Fetch,
-        call: Callable[[Consumer, list[TopicPartition]], None],
-    ) -> None:
-        """Partitions in state `before` go to `after`, here and then in the consumer (`call`)."""
+    def _move(self, topic: str, partitions: Iterable[int], before: Fetch, after: Fetch) -> None:
+        """Partitions in state `before` go to `after`, here and then in the consumer."""
         keys = {(topic, p) for p in partitions if (found := self.partitions.get((topic, p))) and found.state is before}
         if keys:
             for key in keys:
                 self.partitions[key].state = after
-            self.thread.command(lambda _, consumer: call(consumer, _partitions(keys)))
+            self.thread.send(("pause" if after is Fetch.PAUSED else "resume", sorted(keys)))
 
     @property
     def fetch_streams(self) -> int:
@@ -127,7 +160,7 @@ class Fetcher:
         return sum(1 for found in self.partitions.values() if found.state is Fetch.FETCHING)
 
     def _deliver(self, batch: FetchedBatch) -> None:
-        """On the loop: hand the batch over, then let the thread post the next one.
+        """On the loop: hand the batch over, then let the consumer send the next one.
 
         What was polled under an assignment that has ended since (the partition was unassigned, or assigned
         again elsewhere, while the batch was on its way) is dropped: it would put records the new assignment
@@ -138,159 +171,138 @@ class Fetcher:
                 if found is None or found.epoch != epoch:
                     batch.records.pop(key, None)
                     batch.eof.discard(key)
+                elif records := batch.records.get(key):
+                    found.next = records[-1].offset + 1
             if batch.records or batch.eof:
                 self._on_batch(batch)
         finally:
-            self.thread.taken()
+            self.thread.send(("taken",))
+
+    def _restarted(self) -> None:
+        """On the loop: a new consumer process runs, with nothing assigned."""
+        self.on_restart({topic for topic, _ in self.partitions})
 
 
-Command = Callable[["ConsumerThread", Consumer], None]
+class ConsumerProcess:
+    """The consumer's child process (streams/fetch_process.py) and the thread that reads what it sends: batches
+    go to the loop with `call_soon_threadsafe`, at most MAX_BATCHES_IN_FLIGHT at a time (the child waits for the
+    loop to take one before it sends another), Kafka's ends go to `highs`. When the child dies, another is
+    started (after a backoff if it died young) and the fetcher is told."""
 
-
-class ConsumerThread:
-    """The thread that owns the one consumer: it applies the loop's commands in order, polls, and hands batches
-    to the loop with `call_soon_threadsafe`, at most MAX_BATCHES_IN_FLIGHT at a time (a slow loop slows the
-    fetch; librdkafka's own prefetch is bounded by queued.max.messages.kbytes)."""
-
-    def __init__(
-        self,
-        kafka: KafkaSettings,
-        loop: asyncio.AbstractEventLoop,
-        deliver: Callable[[FetchedBatch], None],
-        *,
-        batch_size: int,
-    ) -> None:
-        self._kafka, self._loop, self._deliver, self._batch_size = kafka, loop, deliver, batch_size
-        self.commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
-        self._running = threading.Event()
-        self.in_flight = threading.BoundedSemaphore(MAX_BATCHES_IN_FLIGHT)
-        self._thread = threading.Thread(target=self._run, name="kafka-fetcher", daemon=True)
-        self._known: set[str] = set()  # topics in the consumer's metadata cache
-        self._polling: dict[Key, int] = {}  # the epoch each partition is assigned under
+    def __init__(self, kafka: KafkaSettings, loop: asyncio.AbstractEventLoop, fetcher: Fetcher, *, batch_size: int):
+        self._kafka, self._loop, self._fetcher, self._batch_size = kafka, loop, fetcher, batch_size
+        self._lock = threading.Lock()  # guards _conn: the loop sends, the reader thread drops a dead child's
+        self._conn: Connection | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self._running = False
         self.highs: dict[Key, int] = {}  # Kafka's end of each partition, as the last fetch response said
-        self._highs_due = 0.0
+        self.restarts = 0  # consumer processes started again after one died
+        self.young_deaths = 0  # in a row
+        self._started_at = 0.0
 
-    def start(self) -> None:
-        self._running.set()
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._running.clear()
-        self._thread.join(timeout=10)
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
 
     @property
     def alive(self) -> bool:
-        """The thread runs: a dead one fetches nothing for any stream of the process (readiness reports it)."""
-        return self._thread.is_alive()
+        """The fetch runs (a consumer that keeps dying young does not): without it no stream of the process
+        receives anything (readiness reports it)."""
+        lived = time.monotonic() - self._started_at >= YOUNG_S
+        return self._running and (self.young_deaths < GIVE_UP_AFTER or lived)
 
-    def command(self, command: Command) -> None:
-        """Run `command` on this thread, after every command given before it."""
-        self.commands.put(command)
+    def start(self) -> None:
+        self._running = True
+        self._spawn()
 
-    def taken(self) -> None:
-        """The loop took a batch: another may be posted."""
-        self.in_flight.release()
+    def stop(self) -> None:
+        self._running = False
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.send(("stop",))  # the child closes its consumer and exits; the reader sees the socket close
+        process, reader = self._process, self._reader
+        if process is not None:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(10)
 
-    def assign(self, consumer: Consumer, key: Key, offset: int, epoch: int) -> None:
-        topic, partition = key
-        if topic not in self._known:
-            # Without the topic in its metadata cache, the consumer waits for its next refresh (about a second)
-            # before fetching a newly assigned partition; asking for it now makes the first fetch immediate.
-            consumer.list_topics(topic, timeout=self._kafka.metadata_timeout_s)
-            self._known.add(topic)
-        self._polling[key] = epoch
-        consumer.incremental_assign([TopicPartition(topic, partition, offset)])
+    def send(self, message: tuple[Any, ...]) -> None:
+        """Send a command to the consumer; dropped while none runs (a new one is given every assignment)."""
+        with self._lock:
+            if self._conn is None:
+                return
+            with contextlib.suppress(OSError):  # the child died: the reader thread notices
+                self._conn.send(message)
 
-    def unassign(self, consumer: Consumer, topic: str, keys: set[Key], paused: set[Key]) -> None:
-        if paused:
-            consumer.resume(_partitions(paused))  # see Fetch: the flag would outlive the assignment
-        consumer.incremental_unassign(_partitions(keys))
-        for key in keys:
-            self._polling.pop(key, None)
-        self._known.discard(topic)
+    def _spawn(self) -> None:
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "streams.fetch_process", str(theirs.fileno())],
+                cwd=ROOT, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        conn = Connection(ours.detach())
+        conn.send(("config", self._kafka.consumer_config(), self._batch_size))
+        self._started_at = time.monotonic()
+        with self._lock:
+            self._conn = conn
+        self._reader = threading.Thread(
+            target=self._read, args=(conn, self._process), name="kafka-fetcher", daemon=True
+        )
+        self._reader.start()
 
-    def _run(self) -> None:
-        consumer = Consumer({**self._kafka.consumer_config(), "enable.partition.eof": True})
-        try:
-            while self._running.is_set():
-                self._apply_commands(consumer)
-                if not self._polling:
-                    with contextlib.suppress(queue.Empty):
-                        self._apply(consumer, self.commands.get(timeout=0.1))
-                    continue
-                while not self.in_flight.acquire(timeout=0.1):
-                    if not self._running.is_set():
-                        return
-                batch = self._poll(consumer)
-                self._note_highs(consumer)
-                if batch.records or batch.eof:
-                    self._loop.call_soon_threadsafe(self._deliver, batch)
-                else:
-                    self.in_flight.release()
-        except Exception:
-            log.exception("the fetcher thread failed")
-            raise
-        finally:
-            consumer.close()
-
-    def _apply_commands(self, consumer: Consumer) -> None:
+    def _read(self, conn: Connection, process: subprocess.Popen[bytes]) -> None:
+        deliver, call = self._fetcher._deliver, self._loop.call_soon_threadsafe
         while True:
             try:
-                command = self.commands.get_nowait()
-            except queue.Empty:
-                return
-            self._apply(consumer, command)
-
-    def _apply(self, consumer: Consumer, command: Command) -> None:
-        try:
-            command(self, consumer)
-        except Exception:
-            log.exception("fetcher command failed")
-
-    def _note_highs(self, consumer: Consumer) -> None:
-        """Kafka's end of each assigned partition, from what librdkafka keeps of the last fetch response (no broker
-        round trip), at most every HIGHS_EVERY_S; the loop reads `highs` (one dict swap, no lock needed)."""
-        now = time.monotonic()
-        if now < self._highs_due:
-            return
-        self._highs_due = now + HIGHS_EVERY_S
-        highs = {}
-        for key in list(self._polling):
-            with contextlib.suppress(KafkaException):
-                _, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
-                if high >= 0:
-                    highs[key] = high
-        self.highs = highs
-
-    def _poll(self, consumer: Consumer) -> FetchedBatch:
-        batch = FetchedBatch()
-        # poll() returns as soon as one message is ready; consume(n, 0) then drains what is already fetched.
-        first = consumer.poll(0.05)
-        if first is None:
-            return batch
-        messages, size = [first], len(first.value() or b"")
-        while size < BATCH_BYTES and len(messages) < self._batch_size:
-            more = consumer.consume(min(100, self._batch_size - len(messages)), 0)
-            if not more:
+                message = conn.recv()
+            except (EOFError, OSError):
                 break
-            messages += more
-            size += sum(len(m.value() or b"") for m in more)
-        for message in messages:
-            error = message.error()
-            key = (message.topic() or "", message.partition() or 0)
-            if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                log.warning("kafka: %s", error.str())
-                continue
-            epoch = self._polling.get(key)
-            if epoch is None:
-                continue  # fetched before its partition was unassigned
-            batch.epochs[key] = epoch
-            if error is None:
-                batch.records.setdefault(key, []).append(record_of(message))
-            else:
-                batch.eof.add(key)
-        return batch
+            kind = message[0]
+            try:
+                if kind == "batch":
+                    _, records, eof, epochs = message
+                    batch = FetchedBatch(
+                        records={key: [Record(*r) for r in found] for key, found in records.items()},
+                        eof=set(eof),
+                        epochs=epochs,
+                    )
+                    call(deliver, batch)
+                elif kind == "highs":
+                    self.highs = message[1]
+                elif kind == "errors":
+                    call(self._fetcher.on_errors, set(message[1]))
+            except RuntimeError:  # the loop closed: the process is stopping
+                break
+        with self._lock:
+            if self._conn is conn:
+                self._conn = None
+            conn.close()  # a child still running (the loop closed) sees its socket close and exits
+        code = process.wait()
+        if self._running:
+            with contextlib.suppress(RuntimeError):  # the loop closed: the process is stopping
+                call(self._lost, code)
 
+    def _lost(self, code: int) -> None:
+        """On the loop: the consumer process died; start another, after a backoff if it died young."""
+        if not self._running:
+            return
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        log.error("the fetcher's consumer process died (%s); starting another", how)
+        young = time.monotonic() - self._started_at < YOUNG_S
+        self.young_deaths = self.young_deaths + 1 if young else 0
+        self._loop.call_later(RESTART_BACKOFF_S[min(self.young_deaths, len(RESTART_BACKOFF_S) - 1)], self._restart)
 
-def _partitions(keys: Iterable[Key]) -> list[TopicPartition]:
-    return [TopicPartition(topic, partition) for topic, partition in sorted(keys)]
+    def _restart(self) -> None:
+        if not self._running:
+            return
+        self.restarts += 1
+        self._spawn()
+        self._fetcher._restarted()

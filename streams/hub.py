@@ -20,6 +20,7 @@ from django.conf import settings
 
 from config.kafka import KafkaSettings
 from streams.cache import Cache
+from streams.deletions import Deletions, forget
 from streams.fetcher import FetchedBatch, Fetcher
 from streams.kafka import Metadata, TopicInfo, Watermarks
 from streams.starts import Positions, StartFinder
@@ -46,6 +47,9 @@ class Subscriber(Watched, Protocol):
 
     def account(self, clients: int) -> None:
         """Count what the last write delivered, to `clients` clients (a group's leader counts for the group)."""
+
+    def gone(self) -> None:
+        """The topic was deleted: the stream ends (streams/deletions.py)."""
 
 
 @dataclass
@@ -81,6 +85,7 @@ class Hub:
         self.metadata = Metadata(kafka)
         self.cache = Cache(cache_bytes)
         self.fetcher = Fetcher(kafka, loop, self._on_batch)
+        self.deletions = Deletions(self)  # takes the fetcher's word on lost consumers and unknown topics
         self.starts = StartFinder(self.metadata, self.cache, loop)
         self.topics: dict[str, TopicState] = {}
         self._describing: dict[str, asyncio.Task[TopicState]] = {}
@@ -128,7 +133,7 @@ class Hub:
 
     async def _describe(self, name: str) -> TopicState:
         info = await self.metadata.describe(name)
-        state = self.topics.get(name)
+        state = self.deletions.current(name, info)  # None also when the name now names another topic
         if state is None:
             state = self.topics[name] = TopicState(name, info, time.monotonic())
         else:
@@ -199,9 +204,7 @@ class Hub:
         now = time.monotonic() if now is None else now
         for state in list(self.topics.values()):
             if state.idle_since is not None and not state.subscribers and now - state.idle_since > self._idle_s:
-                self.fetcher.unassign(state.name, state.info.partitions)
-                self.cache.drop(state.name)
-                del self.topics[state.name]
+                forget(self, state.name)
 
     def stats(self) -> dict[str, int]:
         return {
@@ -212,6 +215,7 @@ class Hub:
             "cache_bytes": self.cache.bytes,
             "stalled_streams": self.stalls.stalled,
             "stalls_noticed": self.stalls.noticed,
+            **self.deletions.stats(),
         }
 
 

@@ -15,11 +15,9 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from confluent_kafka import (
-    Consumer,
     IsolationLevel,
     KafkaError,
     KafkaException,
-    Message,
     TopicCollection,
     TopicPartition,
 )
@@ -27,6 +25,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
 from config.kafka import KafkaSettings
 from streams import sse
+from streams.consumer_host import RemoteConsumer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -73,6 +72,7 @@ class Record:
 class TopicInfo:
     partitions: list[int]
     compacted: bool  # cleanup.policy includes compact
+    topic_id: str = ""  # Kafka's id of the topic: a topic deleted and created again under its name has another
 
 
 @dataclass(frozen=True)
@@ -90,19 +90,6 @@ class ReaderStats:
     def room(cls, kafka: KafkaSettings) -> bool:
         """Another historical reader may start now."""
         return not kafka.max_historical_readers or cls.historical_readers < kafka.max_historical_readers
-
-
-def record_of(message: Message) -> Record:
-    # A consumed message's headers are always a list of pairs (the dict form exists only for producing).
-    pairs: list[tuple[str, str | bytes | None]] = message.headers() or []  # type: ignore[assignment]
-    return Record(
-        partition=message.partition() or 0,
-        offset=message.offset() or 0,
-        key=message.key(),
-        value=message.value(),
-        headers=tuple((name, value.encode() if isinstance(value, str) else value) for name, value in pairs),
-        timestamp_ms=message.timestamp()[1],
-    )
 
 
 class Metadata:
@@ -147,7 +134,8 @@ class Metadata:
         configs = await self._result(self._admin.describe_configs([resource])[resource])
         policy = configs.get("cleanup.policy")
         compacted = policy is not None and "compact" in str(policy.value or "").split(",")
-        return TopicInfo(partitions=sorted(p.id for p in description.partitions), compacted=compacted)
+        topic_id = str(description.topic_id) if description.topic_id is not None else ""
+        return TopicInfo(sorted(p.id for p in description.partitions), compacted=compacted, topic_id=topic_id)
 
     async def _offsets(self, topic: str, specs: dict[int, OffsetSpec]) -> dict[int, int]:
         query = {TopicPartition(topic, p): spec for p, spec in specs.items()}
@@ -175,8 +163,9 @@ class Batch:
 class HistoricalReader:
     """Reads one topic's partitions from offsets older than the cache holds; one consumer, one thread.
 
-    Every blocking call runs on the reader's own thread, in order, so `close()` runs only after an in-flight
-    poll returns.
+    The consumer lives in the worker's consumer host (streams/consumer_host.py): a crash inside librdkafka there
+    makes `poll()` raise `ConsumerLost`, and the worker lives on. Every blocking call runs on the reader's own
+    thread, in order, so `close()` runs only after an in-flight poll returns.
     """
 
     def __init__(self, kafka: KafkaSettings, topic: str, *, batch_size: int = 200) -> None:
@@ -184,7 +173,7 @@ class HistoricalReader:
         self.topic = topic
         self._batch_size = batch_size
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-history")
-        self._consumer: Consumer | None = None
+        self._consumer: RemoteConsumer | None = None
         self._counted = False
         self._closing: asyncio.Future[None] | None = None
 
@@ -205,27 +194,15 @@ class HistoricalReader:
 
     def _start(self, offsets: dict[int, int]) -> None:
         config = {**self._kafka.consumer_config(), "enable.partition.eof": True, "auto.offset.reset": "earliest"}
-        self._consumer = Consumer(config)
-        self._consumer.assign([TopicPartition(self.topic, p, o) for p, o in sorted(offsets.items())])
+        self._consumer = RemoteConsumer(config, self.topic, sorted(offsets.items()), self._kafka.metadata_timeout_s)
 
     async def poll(self, timeout: float) -> Batch:  # noqa: ASYNC109
         return await self._run(self._poll, timeout)  # type: ignore[no-any-return]
 
     def _poll(self, timeout: float) -> Batch:
         assert self._consumer is not None  # noqa: S101
-        batch = Batch(records=[], eof=set())
-        first = self._consumer.poll(timeout)
-        if first is None:
-            return batch
-        for message in [first, *self._consumer.consume(self._batch_size - 1, 0)]:
-            error = message.error()
-            if error is None:
-                batch.records.append(record_of(message))
-            elif error.code() == KafkaError._PARTITION_EOF:
-                batch.eof.add(message.partition() or 0)
-            else:
-                log.warning("kafka: %s", error.str())
-        return batch
+        records, eof = self._consumer.read(timeout, self._batch_size)
+        return Batch(records=[Record(*record) for record in records], eof=set(eof))
 
     async def close(self) -> None:
         """Close the consumer after any in-flight call. Safe to call on a reader that never started, and again
@@ -242,5 +219,5 @@ class HistoricalReader:
 
     def _close(self) -> None:
         if self._consumer is not None:
-            self._consumer.close()
+            self._consumer.close(self._kafka.metadata_timeout_s)
             self._consumer = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from django.conf import settings
 
@@ -180,8 +180,10 @@ class Pump(SharedWrites):
         label: str = "",
         stats: StreamStats | None = None,
         log: DeliverySink | None = None,
+        on_gone: Callable[[], None] | None = None,
     ) -> None:
         self.hub, self.subscription = hub, subscription
+        self.on_gone = on_gone  # the topic was deleted: how the stream ends
         self.reader = StreamReader(hub.cache, hub.kafka, state, subscription, starts)
         self.label = label  # the route, for logs and the delivery log
         self.log = log if log is not None and log.enabled else None
@@ -207,6 +209,12 @@ class Pump(SharedWrites):
     def stop(self) -> None:
         """Nothing more goes out, not even from the hub's direct writes."""
         self.phase = Phase.STOPPED
+
+    def gone(self) -> None:
+        """The topic was deleted: nothing more goes out, and the stream ends."""
+        self.stop()
+        if self.on_gone is not None:
+            self.on_gone()
 
     async def close(self) -> None:
         self.stop()

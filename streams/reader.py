@@ -8,10 +8,12 @@ over to the window offset by offset, with no gap and no duplicate. Records becom
 
 from __future__ import annotations
 
+import asyncio
 import enum
 
 from config.kafka import KafkaSettings
 from streams.cache import Cache
+from streams.consumer_host import ConsumerLost
 from streams.hub import TopicState
 from streams.kafka import HistoricalReader, Record
 from streams.subscription import Subscription
@@ -99,12 +101,19 @@ class StreamReader:
         if self.history is not None and not behind.keys() <= self.history_partitions:
             # Eviction put another partition behind the window: read it too, from where each one stands.
             await self.close_history()
-        if self.history is None:
-            self.history = HistoricalReader(self.kafka, self.topic)
-            self.history_partitions = set(behind)
-            await self.history.start(behind)
-        if not self.backlog:
-            self.backlog = (await self.history.poll(HISTORY_POLL_S)).records
+        try:
+            if self.history is None:
+                self.history = HistoricalReader(self.kafka, self.topic)
+                self.history_partitions = set(behind)
+                await self.history.start(behind)
+            if not self.backlog:
+                self.backlog = (await self.history.poll(HISTORY_POLL_S)).records
+        except ConsumerLost:
+            # Its process died (a crash inside librdkafka, decision 0008): the next read starts a new reader from
+            # the cursors, so nothing is lost or repeated; a deleted topic's stream is ended by the hub.
+            await self.close_history()
+            await asyncio.sleep(HISTORY_POLL_S)
+            return b""
         records = _within_budget(self.backlog, CHUNK_BYTES)
         del self.backlog[: len(records)]
         records = [r for r in records if r.partition in behind and r.offset >= self.cursors[r.partition]]

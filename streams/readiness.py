@@ -1,8 +1,8 @@
 """`/healthz` and `/readyz`, for load balancers and orchestrators.
 
 `/healthz`: the process runs and its event loop answers. `/readyz`: it can serve streams: Postgres, Redis and
-Kafka answer within `READY_TIMEOUT_S`, and the fetcher thread runs. A 503 problem names what failed, so an
-operator reads the cause from the probe itself.
+Kafka answer within `READY_TIMEOUT_S`, and the fetcher runs (its consumer process is not dying young again and
+again). A 503 problem names what failed, so an operator reads the cause from the probe itself.
 """
 
 from __future__ import annotations

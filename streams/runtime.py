@@ -41,7 +41,10 @@ from streams.sessions import Sessions
 from streams.stats import StreamStats
 
 # What a process's hub counts, all zero before its first stream starts the hub.
-IDLE_COUNTERS = ("kafka_consumers", "fetch_streams", "subscriptions", "stalled_streams", "stalls_noticed")
+IDLE_COUNTERS = (
+    "kafka_consumers", "fetch_streams", "subscriptions", "stalled_streams", "stalls_noticed", "fetcher_restarts",
+    "topics_deleted",
+)  # fmt: skip
 
 
 def delivery_log_from_settings() -> DeliveryLog:

@@ -42,7 +42,9 @@ def created_topics() -> Iterator[list[str]]:
     """Topics the tests made, deleted once at the very end, after the live server has stopped.
 
     Not per test: deleting a topic that a consumer still has assigned (a stream whose close is still in flight)
-    makes librdkafka 2.16 crash in its metadata cache against the embedded broker (tansu 0.6).
+    makes librdkafka 2.16 crash in its metadata cache against the embedded broker (tansu 0.6). The platform's
+    consumers survive that in child processes (docs/decisions/0008-topic-deletion.md), but a test's own would
+    not, and the deletion would end streams a later test of the module still reads.
     """
     created: list[str] = []
     yield created

@@ -4,12 +4,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 
 import pytest
+from confluent_kafka.admin import AdminClient
 from django.conf import settings
 
+from streams.consumer_host import ConsumerLost
 from streams.kafka import HistoricalReader, ReaderStats
+from streams.topics import ensure_topic
+from tests.conftest import unique
 from tests.inprocess import LoopThread
 from tests.test_zilla_scenarios import Produce
 
@@ -41,3 +46,47 @@ def test_a_historical_reader_closes_once_however_often_it_is_closed(
 
     loop_thread.run(scenario())
     assert ReaderStats.historical_readers == before
+
+
+def test_a_topic_deleted_under_a_historical_reader_spares_the_process(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    """librdkafka 2.16 crashes on the embedded broker's answer to a fetch of a deleted topic (decision 0008). The
+    readers' consumers live in a child process: the crash ends it, the reader's poll raises ConsumerLost, and the
+    next reader gets a new process."""
+    doomed, other = unique("t-doomed"), new_topic()
+    ensure_topic(settings.KAFKA, doomed)
+    for topic in (doomed, other):
+        produce(topic, b"x")
+
+    async def read_one(topic: str) -> list[bytes | None]:
+        reader = HistoricalReader(settings.KAFKA, topic)
+        try:
+            await reader.start({0: 0})
+            for _ in range(100):
+                batch = await reader.poll(0.1)
+                if batch.records:
+                    return [record.value for record in batch.records]
+            return []
+        finally:
+            await reader.close()
+
+    async def scenario() -> None:
+        reader = HistoricalReader(settings.KAFKA, doomed)
+        await reader.start({0: 0})
+        try:
+            assert [r.value for r in (await reader.poll(5)).records] == [b"x"]
+            await asyncio.to_thread(delete_topic, doomed)
+            with contextlib.suppress(ConsumerLost):  # the embedded broker; Kafka answers UNKNOWN_TOPIC_ID
+                for _ in range(30):
+                    await reader.poll(0.1)
+        finally:
+            await reader.close()
+        assert await read_one(other) == [b"x"]
+
+    loop_thread.run(scenario())
+
+
+def delete_topic(topic: str) -> None:
+    admin = AdminClient(settings.KAFKA.admin_config())  # kept until the answer: its futures die with it
+    admin.delete_topics([topic])[topic].result(timeout=10)

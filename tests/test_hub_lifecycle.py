@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import TopicPartition
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
@@ -161,7 +160,7 @@ def test_a_stream_that_receives_nothing_while_its_partition_grows_is_noticed(
         produce(topic, b"before")
         wait_until(lambda: stream.values == ["before"])
         # The defect this watch is for: the consumer stops fetching a partition behind the fetcher's back.
-        hub.fetcher.thread.command(lambda _, consumer: consumer.pause([TopicPartition(topic, 0)]))
+        hub.fetcher.thread.send(("pause", [(topic, 0)]))  # to the consumer, not in the bookkeeping
 
         def noticed() -> bool:
             produce(topic, b"while stalled")
@@ -171,7 +170,7 @@ def test_a_stream_that_receives_nothing_while_its_partition_grows_is_noticed(
         assert hub.stats()["stalls_noticed"] == 1
         received = len(stream.values)
 
-        hub.fetcher.thread.command(lambda _, consumer: consumer.resume([TopicPartition(topic, 0)]))
+        hub.fetcher.thread.send(("resume", [(topic, 0)]))
         wait_until(lambda: hub.stats()["stalled_streams"] == 0 and len(stream.values) > received, timeout=10)
         assert hub.stats()["stalls_noticed"] == 1
 

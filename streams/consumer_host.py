@@ -1,0 +1,116 @@
+"""The historical readers' consumers, hosted in one child process of the worker (streams/fetch_process.py, `host`).
+
+A topic deleted while a reader replays it can make librdkafka crash (decision 0008): that ends the host process,
+not the worker. The calls in flight then raise `ConsumerLost`, and the next reader opened starts another host.
+Calls block: each historical reader makes them from its own thread, in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, ClassVar
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parent.parent
+CALL_MARGIN_S = 30.0  # a call's answer is waited for this long past its own timeout (a hung host is a defect)
+
+
+class ConsumerLost(Exception):
+    """The host process died (a crash inside librdkafka): the reader's consumer is gone."""
+
+
+class HostError(Exception):
+    """The consumer raised in the host; the message is its text."""
+
+
+class ConsumerHost:
+    _lock = threading.Lock()
+    _current: ClassVar[ConsumerHost | None] = None
+
+    @classmethod
+    def get(cls) -> ConsumerHost:
+        """The process's host, started on first use and again after one died."""
+        with cls._lock:
+            if cls._current is None or not cls._current.alive:
+                cls._current = ConsumerHost()
+            return cls._current
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "streams.fetch_process", str(theirs.fileno()), "host"],
+                cwd=ROOT, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        self.conn = Connection(ours.detach())
+        self.alive = True
+        self._send = threading.Lock()  # also guards _pending and alive
+        self._pending: dict[int, Future[Any]] = {}
+        self._ids = itertools.count()
+        threading.Thread(target=self._read, name="kafka-history-host", daemon=True).start()
+
+    def call(self, reader: int, operation: str, *args: Any, timeout: float) -> Any:
+        future: Future[Any] = Future()
+        with self._send:
+            if not self.alive:
+                raise ConsumerLost("the historical readers' consumer process died")
+            request = next(self._ids)
+            self._pending[request] = future
+            with contextlib.suppress(OSError):  # died: the reader thread fails the future
+                self.conn.send((request, reader, operation, args))
+        return future.result(timeout + CALL_MARGIN_S)
+
+    def _read(self) -> None:
+        while True:
+            try:
+                request, ok, result = self.conn.recv()
+            except (EOFError, OSError):
+                break
+            with self._send:
+                future = self._pending.pop(request, None)
+            if future is not None:
+                if ok:
+                    future.set_result(result)
+                else:
+                    future.set_exception(HostError(result))
+        code = self.process.wait()
+        with self._send:
+            self.alive = False
+            pending, self._pending = self._pending, {}
+        self.conn.close()
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        log.error("the historical readers' consumer process died (%s); %d reads in flight fail", how, len(pending))
+        for future in pending.values():
+            future.set_exception(ConsumerLost(f"the historical readers' consumer process died ({how})"))
+
+
+class RemoteConsumer:
+    """One historical reader's consumer, in the host: assigned at explicit offsets, read, closed."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, config: dict[str, Any], topic: str, offsets: list[tuple[int, int]], timeout: float) -> None:
+        self.host, self.id = ConsumerHost.get(), next(self._ids)
+        self.host.call(self.id, "open", config, topic, offsets, timeout=timeout)
+
+    def read(self, timeout: float, batch_size: int) -> tuple[list[tuple[Any, ...]], list[int]]:
+        """Records (as tuples) and the partitions at their end, from one poll."""
+        result: tuple[list[tuple[Any, ...]], list[int]] = self.host.call(
+            self.id, "read", timeout, batch_size, timeout=timeout
+        )
+        return result
+
+    def close(self, timeout: float) -> None:
+        with contextlib.suppress(ConsumerLost):  # gone with its process
+            self.host.call(self.id, "close", timeout=timeout)

@@ -1,0 +1,111 @@
+"""Topics deleted while streams read them: noticed, checked, and dropped, so their streams end and the others go on.
+
+Two signs lead here. The consumer reports a topic unknown (Kafka answers a fetch of a deleted topic with
+UNKNOWN_TOPIC_OR_PARTITION or UNKNOWN_TOPIC_ID); or the consumer's process died (librdkafka 2.16 crashes on
+the embedded broker's answer to such a fetch, decision 0008) and a new one started with nothing assigned.
+Either way each topic concerned is described again. One that no longer exists, or exists under another topic
+id (deleted and created again under its name), is dropped: its partitions, its cache window, its state, and
+its streams, which end (the client reconnects and gets the 404 of an unknown topic, or the new topic). Every
+other topic is assigned again where its cache ends, so its streams lose and repeat nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from streams.kafka import TopicInfo, TopicNotFoundError
+
+if TYPE_CHECKING:
+    from streams.hub import Hub, TopicState
+
+log = logging.getLogger(__name__)
+
+RECHECK_AFTER_S = 5.0  # a topic the consumer keeps reporting unknown is described again at most this often
+
+
+class Deletions:
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        hub.fetcher.on_restart, hub.fetcher.on_errors = self.restarted, self.suspect
+        self.dropped = 0  # topics dropped since the process started
+        self._checking: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = self.hub.loop.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def restarted(self, topics: set[str]) -> None:
+        """A new consumer process runs, with nothing assigned: check each topic, then assign again or drop."""
+        self._spawn(self._recover(sorted(topics)), "hub-refetch")
+
+    async def _recover(self, topics: list[str]) -> None:
+        gone = await asyncio.gather(*(self._gone(topic) for topic in topics))
+        for topic, deleted in zip(topics, gone, strict=True):
+            if deleted:
+                self.drop(topic)
+            else:
+                self.hub.fetcher.reassign(topic)
+
+    def suspect(self, topics: set[str]) -> None:
+        """The consumer said these topics are unknown: check them (each at most every RECHECK_AFTER_S)."""
+        for topic in topics - self._checking:
+            self._checking.add(topic)
+            self._spawn(self._check(topic), f"hub-check:{topic}")
+
+    async def _check(self, topic: str) -> None:
+        try:
+            if await self._gone(topic):
+                self.drop(topic)
+            await asyncio.sleep(RECHECK_AFTER_S)
+        finally:
+            self._checking.discard(topic)
+
+    async def _gone(self, topic: str) -> bool:
+        """The topic no longer exists, or is another topic under the same name. Kafka unreachable: not gone."""
+        try:
+            info = await self.hub.metadata.describe(topic)
+        except TopicNotFoundError:
+            return True
+        except Exception:
+            log.warning("could not check whether topic %s still exists", topic, exc_info=True)
+            return False
+        state = self.hub.topics.get(topic)
+        known = state.info.topic_id if state is not None else ""
+        return bool(known and info.topic_id and info.topic_id != known)
+
+    def current(self, topic: str, info: TopicInfo) -> TopicState | None:
+        """The topic's state, unless there is none or `info` (just described) is of another topic by that name:
+        then the old one was deleted, and is dropped."""
+        state = self.hub.topics.get(topic)
+        if state is not None and state.info.topic_id and info.topic_id and info.topic_id != state.info.topic_id:
+            self.drop(topic)
+            return None
+        return state
+
+    def stats(self) -> dict[str, int]:
+        return {"fetcher_restarts": self.hub.fetcher.thread.restarts, "topics_deleted": self.dropped}
+
+    def drop(self, topic: str) -> None:
+        """Forget the deleted topic everywhere in the process and end its streams."""
+        state = forget(self.hub, topic)
+        self.dropped += 1
+        if state is None:
+            return
+        log.warning("topic %s was deleted: its %d streams of this process end", topic, len(state.subscribers))
+        if state.fanout is not None:
+            state.fanout.cancel()
+            state.fanout = None
+        for subscriber in list(state.subscribers):
+            subscriber.gone()
+
+
+def forget(hub: Hub, topic: str) -> TopicState | None:
+    """Drop the topic from the process (deleted, or idle too long): its partitions, cache windows and state."""
+    hub.fetcher.forget(topic)
+    hub.cache.drop(topic)
+    return hub.topics.pop(topic, None)

@@ -1,0 +1,317 @@
+"""The worker's Kafka consumers, in child processes: what crashes in librdkafka ends only such a process.
+
+Started by `ConsumerProcess` (streams/fetcher.py) as `python -m streams.fetch_process FD`, where FD is its end of
+a socket pair carrying pickled messages both ways; with `host` after FD, it hosts the historical readers'
+consumers instead (`Host`, streams/consumer_host.py). It imports no Django and knows nothing of streams: it applies
+the commands it is given, in order, polls, and sends back what it fetched.
+
+Commands (parent to child), tuples:
+    ("config", {librdkafka settings}, batch size)  first, once
+    ("assign", topic, partition, offset, epoch) (an assigned partition is moved to `offset`)
+    ("unassign", [(topic, partition), ...])    resumed first: librdkafka keeps a pause across assignments
+    ("pause" | "resume", [(topic, partition), ...])
+    ("taken",)                                  the parent took a batch: another may be sent
+    ("stop",)                                   close the consumer and exit
+Messages (child to parent), tuples:
+    ("batch", {key: [record tuple, ...]}, [eof keys], {key: epoch})
+    ("errors", {topic: error name})            the broker's errors about topics (e.g. the topic is gone)
+    ("highs", {key: Kafka's end})              at most every HIGHS_EVERY_S
+
+A record tuple is (partition, offset, key, value, headers, timestamp_ms). The child exits when its socket closes
+(the parent went away).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from multiprocessing.connection import Connection
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+log = logging.getLogger("streams.fetch_process")
+
+Key = tuple[str, int]
+RecordTuple = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
+BATCH_BYTES = 4 * 1024 * 1024  # one batch sent to the parent holds about this much at most
+MAX_BATCHES_IN_FLIGHT = 2
+HIGHS_EVERY_S = 1.0  # how often Kafka's end of each partition is noted, for the fetch-lag metric
+METADATA_TIMEOUT_S = 5.0
+# Errors that mean the topic (or the partition) is not there: the parent checks the topic and drops it if gone.
+TOPIC_GONE = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+TOPIC_GONE.add(getattr(KafkaError, "UNKNOWN_TOPIC_ID", KafkaError.UNKNOWN_TOPIC_OR_PART))
+
+
+def record_tuple(message: Message) -> RecordTuple:
+    # A consumed message's headers are always a list of pairs (the dict form exists only for producing).
+    pairs: list[tuple[str, str | bytes | None]] = message.headers() or []  # type: ignore[assignment]
+    headers = tuple((name, value.encode() if isinstance(value, str) else value) for name, value in pairs)
+    return (
+        message.partition() or 0,
+        message.offset() or 0,
+        message.key(),
+        message.value(),
+        headers,
+        message.timestamp()[1],
+    )
+
+
+class Fetch:
+    def __init__(self, conn: Connection, config: dict[str, Any], batch_size: int) -> None:
+        self.conn, self.batch_size = conn, batch_size
+        self.consumer = Consumer({**config, "enable.partition.eof": True})
+        self.polling: dict[Key, int] = {}  # the epoch each partition is assigned under
+        self.known: set[str] = set()  # topics in the consumer's metadata cache
+        self.in_flight = 0
+        self.highs_due = 0.0
+
+    def run(self) -> None:
+        try:
+            while True:
+                if not self.commands(0.1 if not self.polling or self.in_flight >= MAX_BATCHES_IN_FLIGHT else 0):
+                    return
+                if self.polling and self.in_flight < MAX_BATCHES_IN_FLIGHT:
+                    self.poll()
+                    self.note_highs()
+        except OSError:  # the parent went away while this process sent to it
+            return
+        finally:
+            self.consumer.close()
+
+    def commands(self, wait: float) -> bool:
+        """Apply every command waiting (after up to `wait` s for the first); False once the parent is gone."""
+        try:
+            ready = self.conn.poll(wait)
+            while ready:
+                command = self.conn.recv()
+                if command[0] == "stop":
+                    return False
+                self.apply(command)
+                ready = self.conn.poll(0)
+        except (EOFError, OSError):
+            return False
+        return True
+
+    def apply(self, command: tuple[Any, ...]) -> None:
+        name, *args = command
+        if name == "taken":
+            self.in_flight = max(0, self.in_flight - 1)  # a batch of the process before this one counts not
+            return
+        try:
+            getattr(self, f"do_{name}")(*args)
+        except Exception:
+            log.exception("fetcher command %s failed", name)
+
+    def do_assign(self, topic: str, partition: int, offset: int, epoch: int) -> None:
+        key = (topic, partition)
+        if key in self.polling:
+            self.do_unassign([key])
+        if topic not in self.known:
+            # Without the topic in its metadata cache, the consumer waits for its next refresh (about a second)
+            # before fetching a newly assigned partition; asking for it now makes the first fetch immediate.
+            self.consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+            self.known.add(topic)
+        self.polling[key] = epoch
+        self.consumer.incremental_assign([TopicPartition(topic, partition, offset)])
+
+    def mine(self, keys: Iterable[Key]) -> list[Key]:
+        """The partitions of `keys` this consumer has (a new process is given them again, in order)."""
+        return [(topic, partition) for topic, partition in keys if (topic, partition) in self.polling]
+
+    def do_unassign(self, keys: Iterable[Key]) -> None:
+        if not (mine := self.mine(keys)):
+            return
+        partitions = _partitions(mine)
+        self.consumer.resume(partitions)  # librdkafka would keep a pause across the next assignment
+        self.consumer.incremental_unassign(partitions)
+        for key in mine:
+            del self.polling[key]
+        self.known -= {topic for topic, _ in mine} - {topic for topic, _ in self.polling}
+
+    def do_pause(self, keys: Iterable[Key]) -> None:
+        if mine := self.mine(keys):
+            self.consumer.pause(_partitions(mine))
+
+    def do_resume(self, keys: Iterable[Key]) -> None:
+        if mine := self.mine(keys):
+            self.consumer.resume(_partitions(mine))
+
+    def note_highs(self) -> None:
+        """Kafka's end of each assigned partition, from what librdkafka keeps of the last fetch response."""
+        now = time.monotonic()
+        if now < self.highs_due:
+            return
+        self.highs_due = now + HIGHS_EVERY_S
+        highs = {}
+        for key in self.polling:
+            with contextlib.suppress(KafkaException):
+                _, high = self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+                if high >= 0:
+                    highs[key] = high
+        self.conn.send(("highs", highs))
+
+    def poll(self) -> None:
+        # poll() returns as soon as one message is ready; consume(n, 0) then drains what is already fetched.
+        first = self.consumer.poll(0.05)
+        if first is None:
+            return
+        messages, size = [first], len(first.value() or b"")
+        while size < BATCH_BYTES and len(messages) < self.batch_size:
+            more = self.consumer.consume(min(100, self.batch_size - len(messages)), 0)
+            if not more:
+                break
+            messages += more
+            size += sum(len(m.value() or b"") for m in more)
+        records: dict[Key, list[RecordTuple]] = {}
+        eof: list[Key] = []
+        epochs: dict[Key, int] = {}
+        errors: dict[str, str] = {}
+        for message in messages:
+            error = message.error()
+            key = (message.topic() or "", message.partition() or 0)
+            if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                log.warning("kafka: %s", error.str())
+                if error.code() in TOPIC_GONE and message.topic():
+                    errors[key[0]] = error.name()
+                continue
+            epoch = self.polling.get(key)
+            if epoch is None:
+                continue  # fetched before its partition was unassigned
+            epochs[key] = epoch
+            if error is None:
+                records.setdefault(key, []).append(record_tuple(message))
+            else:
+                eof.append(key)
+        if errors:
+            self.conn.send(("errors", errors))
+        if records or eof:
+            self.in_flight += 1
+            self.conn.send(("batch", records, eof, epochs))
+
+
+def _partitions(keys: Iterable[Key]) -> list[TopicPartition]:
+    return [TopicPartition(topic, partition) for topic, partition in sorted(keys)]
+
+
+class Host:
+    """`host` mode: the historical readers' consumers (streams/consumer_host.py), one thread each, so one reader's
+    poll never waits for another's. Requests are (request id, reader id, operation, arguments); each gets
+    (request id, ok, result or error text). Operations: ("open", config, topic, [(partition, offset), ...]),
+    ("read", timeout, batch size) -> ([record tuple, ...], [partitions at their end]), ("close",)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()  # the readers' threads reply on one socket
+        self.readers: dict[int, queue.SimpleQueue[tuple[int, str, tuple[Any, ...]]]] = {}
+
+    def run(self) -> None:
+        while True:
+            try:
+                request, reader, operation, args = self.conn.recv()
+            except (EOFError, OSError):
+                return
+            found = self.readers.get(reader)
+            if found is None:
+                found = self.readers[reader] = queue.SimpleQueue()
+                threading.Thread(target=self.serve, args=(reader, found), daemon=True).start()
+            found.put((request, operation, args))
+
+    def serve(self, reader: int, requests: queue.SimpleQueue[tuple[int, str, tuple[Any, ...]]]) -> None:
+        consumer: Consumer | None = None
+        while True:
+            request, operation, args = requests.get()
+            result: Any = None
+            try:
+                if operation == "open":
+                    config, topic, offsets = args
+                    consumer = Consumer(config)
+                    consumer.assign([TopicPartition(topic, p, o) for p, o in offsets])
+                elif operation == "read" and consumer is not None:
+                    result = read(consumer, *args)
+                elif operation == "close" and consumer is not None:
+                    consumer.close()
+                ok = True
+            except Exception as exc:
+                ok, result = False, str(exc)
+            with self.lock:
+                self.conn.send((request, ok, result))
+            if operation == "close":
+                self.readers.pop(reader, None)
+                return
+
+
+def read(consumer: Consumer, timeout: float, batch_size: int) -> tuple[list[RecordTuple], list[int]]:
+    """What one poll gives (then what is already fetched, up to `batch_size`): records, and partitions at their end."""
+    records: list[RecordTuple] = []
+    eof: list[int] = []
+    first = consumer.poll(timeout)
+    if first is None:
+        return records, eof
+    for message in [first, *consumer.consume(batch_size - 1, 0)]:
+        error = message.error()
+        if error is None:
+            records.append(record_tuple(message))
+        elif error.code() == KafkaError._PARTITION_EOF:
+            eof.append(message.partition() or 0)
+        else:
+            log.warning("kafka: %s", error.str())
+    return records, eof
+
+
+class JsonLines(logging.Formatter):
+    """The worker's JSON log lines (config/logs.py, not imported: its package starts Celery)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": "-",
+            "process": record.process,
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def log_to_stderr() -> None:
+    """As the worker logs (`LOG_FORMAT`, `LOG_LEVEL`): one line per record on stderr."""
+    handler = logging.StreamHandler()
+    if os.environ.get("LOG_FORMAT") == "json":
+        handler.setFormatter(JsonLines())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [-] %(message)s"))
+    level = os.environ.get("LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(level=level if level in logging.getLevelNamesMapping() else "INFO", handlers=[handler])
+
+
+def main() -> None:
+    # A terminal's Ctrl-C reaches the worker's whole process group: the worker decides, and this process ends
+    # when the worker's end of the socket closes.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    log_to_stderr()
+    conn = Connection(int(sys.argv[1]))
+    if sys.argv[2:] == ["host"]:
+        Host(conn).run()
+        return
+    try:
+        name, config, batch_size = conn.recv()
+    except EOFError:
+        return
+    assert name == "config"  # noqa: S101
+    Fetch(conn, config, batch_size).run()
+
+
+if __name__ == "__main__":
+    main()

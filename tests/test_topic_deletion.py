@@ -1,0 +1,107 @@
+"""A Kafka topic deleted while streams read it, against a live server and the real broker.
+
+Before the fix the web worker died (SIGSEGV inside librdkafka 2.16: tansu answers a fetch of a deleted topic in
+a way that makes librdkafka's metadata update dereference a missing topic name; `bench/topic_deletion.py`), and
+every stream of the worker, on every topic, went with it. Now the consumer runs in a child process of the
+worker: the worker stays up, the deleted topic's streams end (a new request for it is a 404), and every other
+stream goes on with nothing lost or repeated. Twice, with the topic created again in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+from confluent_kafka.admin import AdminClient
+from django.conf import settings
+
+from streams.topics import ensure_topic
+from tests.conftest import health, unique, wait_until
+from tests.servers import DaphneServer, start_daphne
+from tests.sse_client import EventStream
+from tests.test_zilla_scenarios import Produce, route
+
+pytestmark = pytest.mark.django_db(transaction=True)
+END_S = 20.0  # the deleted topic's stream ends within this (a restart of the consumer process included)
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup: None, django_db_blocker: object) -> Iterator[DaphneServer]:
+    started = start_daphne({}, log_name=unique("test-daphne-topic-deletion"))
+    yield started
+    started.stop()
+
+
+def delete(topic: str) -> None:
+    admin = AdminClient(settings.KAFKA.admin_config())
+    admin.delete_topics([topic])[topic].result(timeout=10)
+
+    def gone() -> bool:
+        found = admin.list_topics(timeout=5).topics.get(topic)
+        return found is None or found.error is not None
+
+    wait_until(gone, timeout=10)
+
+
+def ends(stream: EventStream) -> bool:
+    """The server ends the response (keep-alives and late events aside) within END_S."""
+    try:
+        while True:
+            stream.next_event(END_S)
+    except StopIteration:
+        return True
+    except (TimeoutError, httpx.ReadTimeout):
+        return False
+
+
+def test_a_deleted_topic_ends_its_streams_and_spares_the_worker_and_the_others(
+    server: DaphneServer, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    pid = server.process.pid
+    kept = new_topic(partitions=2)
+    doomed = unique("t-doomed")
+    kept_path, doomed_path = route(kept), route(doomed)
+    produced: list[str] = []
+
+    def produce_kept(label: str) -> None:
+        for partition in (0, 1):
+            value = f"{label}-p{partition}"
+            produce(kept, value.encode(), partition=partition)
+            produced.append(value)
+
+    with EventStream(server.url + kept_path) as other:
+        received: list[str] = []
+        produce_kept("before")
+        received += [other.next_event().text for _ in range(2)]
+        try:
+            for round_ in range(2):  # created, deleted, created again under the same name, deleted again
+                ensure_topic(settings.KAFKA, doomed, partitions=2)
+                produce(doomed, f"doomed {round_}".encode())
+                with EventStream(server.url + doomed_path) as reading:
+                    assert reading.next_event().text == f"doomed {round_}"
+                    wait_until(lambda: health(server.url)["fetch_streams"] == 4)
+                    delete(doomed)
+                    assert ends(reading), "the deleted topic's stream did not end"
+
+                assert server.process.poll() is None, "the web worker died"
+                assert server.process.pid == pid
+                answer = httpx.get(server.url + doomed_path, timeout=10)
+                assert answer.status_code == 404
+                assert answer.headers["content-type"] == "application/problem+json"
+                assert answer.json()["title"] == "Unknown topic"
+                assert answer.json()["topic"] == doomed
+
+                produce_kept(f"after deletion {round_}")
+                received += [other.next_event(END_S).text for _ in range(2)]
+        finally:
+            if doomed in AdminClient(settings.KAFKA.admin_config()).list_topics(timeout=5).topics:
+                delete(doomed)
+        produce_kept("last")
+        received += [other.next_event(END_S).text for _ in range(2)]
+
+    by_partition = {p: [value for value in received if value.endswith(f"-p{p}")] for p in (0, 1)}
+    assert by_partition == {p: [value for value in produced if value.endswith(f"-p{p}")] for p in (0, 1)}
+    assert len(received) == len(produced)  # nothing lost, nothing repeated
+    assert health(server.url)["topics_deleted"] == 2
+    wait_until(lambda: health(server.url)["fetch_streams"] == 0)
