@@ -20,6 +20,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, ClassVar
 
+from streams.wire import Receiver
+
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,9 +74,10 @@ class ConsumerHost:
         return future.result(timeout + CALL_MARGIN_S)
 
     def _read(self) -> None:
+        receiver = Receiver(self.conn)
         while True:
             try:
-                request, ok, result = self.conn.recv()
+                request, ok, result = receiver.recv()
             except (EOFError, OSError):
                 break
             with self._send:

@@ -32,6 +32,7 @@ from typing import Any
 
 from config.kafka import KafkaSettings
 from streams.kafka import Record
+from streams.wire import Receiver
 
 log = logging.getLogger(__name__)
 
@@ -260,9 +261,10 @@ class ConsumerProcess:
 
     def _read(self, conn: Connection, process: subprocess.Popen[bytes]) -> None:
         deliver, call = self._fetcher._deliver, self._loop.call_soon_threadsafe
+        receiver = Receiver(conn)
         while True:
             try:
-                message = conn.recv()
+                message = receiver.recv()
             except (EOFError, OSError):
                 break
             kind = message[0]
