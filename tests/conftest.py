@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,7 +17,7 @@ from django.conf import settings
 
 from streams.topics import ensure_topic
 from tests.inprocess import LoopThread
-from tests.servers import start_daphne
+from tests.servers import start_daphne, stop_web, web_started
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -142,3 +143,13 @@ def spark(spark_for_the_run: None) -> Any:
     from analytics.jobs.spark import spark_session  # noqa: PLC0415
 
     return spark_session("local[1]")
+
+
+@pytest.fixture
+def web() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """platform/web.py with two workers on one port: the supervisor and the port; its workers killed at the end."""
+    process, port = web_started()
+    try:
+        yield process, port
+    finally:
+        stop_web(process)

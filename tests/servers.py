@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -171,6 +172,27 @@ def start_web(port: int, **env: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [sys.executable, "platform/web.py"], cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT
         )
+
+
+def web_started(**env: str) -> tuple[subprocess.Popen[bytes], int]:
+    """platform/web.py on a free port, once its two workers run and answer."""
+    port = free_port()
+    process = start_web(port, **env)
+    try:
+        _wait_for("platform/web.py's workers", lambda: len(children(process.pid)) == 2 and healthy(port), timeout=60)
+    except BaseException:
+        stop_web(process)
+        raise
+    return process, port
+
+
+def stop_web(process: subprocess.Popen[bytes]) -> None:
+    """Kill the supervisor's workers and the supervisor (a test that failed midway may leave either)."""
+    for pid in children(process.pid):
+        os.kill(pid, signal.SIGKILL)
+    if process.poll() is None:
+        process.kill()
+        process.wait()
 
 
 def healthy(port: int) -> bool:

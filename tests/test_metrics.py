@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -18,7 +18,7 @@ from bindings.services import do_put_route
 from streams.kafka import Record
 from streams.metrics import Metrics
 from tests.conftest import unique, wait_until
-from tests.servers import HOST, children, free_port, healthy, start_daphne, start_web
+from tests.servers import HOST, children, healthy, start_daphne
 from tests.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,32 +40,13 @@ def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: s
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-@pytest.fixture
-def two_workers() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """platform/web.py with two workers, each its own process and metrics, on one port."""
-    port = free_port()
-    process = start_web(port)
-    try:
-        wait_until(lambda: len(children(process.pid)) == 2 and healthy(port), timeout=60)
-        yield f"http://{HOST}:{port}", process
-    finally:
-        stop_web(process)
-
-
-def stop_web(process: subprocess.Popen[bytes]) -> None:
-    for pid in children(process.pid):
-        os.kill(pid, signal.SIGKILL)
-    if process.poll() is None:
-        process.kill()
-        process.wait()
-
-
 def test_metrics_count_what_clients_received_across_workers_and_a_worker_death(
-    two_workers: tuple[str, subprocess.Popen[bytes]],
+    web: tuple[subprocess.Popen[bytes], int],
     new_topic: Callable[..., str],
     produce: Callable[..., tuple[int, int]],
 ) -> None:
-    url, web = two_workers
+    supervisor, port = web
+    url = f"http://{HOST}:{port}"
     topic = new_topic(partitions=1)
     route = unique("metrics")
     do_put_route(name=route, path=f"/{route}", topic=topic)
@@ -106,10 +87,10 @@ def test_metrics_count_what_clients_received_across_workers_and_a_worker_death(
     wait_until(lambda: value(scrape(url), "sse_refusals_total", route="", status="404", reason="no_route") == 1)
 
     # A worker dies: its replacement starts from nothing, its counters stay in the sums.
-    victim = min(children(web.pid))
+    victim = min(children(supervisor.pid))
     os.kill(victim, signal.SIGKILL)
-    wait_until(lambda: victim not in children(web.pid) and len(children(web.pid)) == 2, timeout=30)
-    wait_until(lambda: healthy(int(url.rsplit(":", 1)[1])), timeout=30)
+    wait_until(lambda: victim not in children(supervisor.pid) and len(children(supervisor.pid)) == 2, timeout=30)
+    wait_until(lambda: healthy(port), timeout=30)
     samples = scrape(url)
     assert value(samples, "sse_events_delivered_total", route=route) == received
     assert value(samples, "sse_streams_open", route=route) == 0

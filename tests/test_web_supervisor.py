@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -20,21 +19,6 @@ from tests.conftest import wait_until
 from tests.servers import HOST, children, free_port, healthy, start_web
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def web() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    port = free_port()
-    process = start_web(port)
-    try:
-        wait_until(lambda: len(children(process.pid)) == 2 and healthy(port), timeout=60)
-        yield process, port
-    finally:
-        for pid in children(process.pid):
-            os.kill(pid, signal.SIGKILL)
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def test_sigterm_stops_every_worker_and_exits_0(web: tuple[subprocess.Popen[bytes], int]) -> None:

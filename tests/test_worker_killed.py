@@ -8,29 +8,17 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from bindings.services import do_put_route
 from tests.conftest import unique, wait_until
 from tests.rawsse import RawStream
-from tests.servers import HOST, children, free_port, healthy, start_web
+from tests.servers import HOST, children, healthy
 from tests.sse_client import EventStream
-from tests.test_metrics import stop_web
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def two_workers() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
-    port = free_port()
-    process = start_web(port)
-    try:
-        wait_until(lambda: len(children(process.pid)) == 2 and healthy(port), timeout=60)
-        yield port, process
-    finally:
-        stop_web(process)
 
 
 def serving_pid(port: int, stream: RawStream) -> int:
@@ -54,11 +42,11 @@ def read_until(stream: RawStream, count: int) -> None:
 
 
 def test_clients_of_a_killed_worker_resume_elsewhere_with_nothing_lost(
-    two_workers: tuple[int, subprocess.Popen[bytes]],
+    web: tuple[subprocess.Popen[bytes], int],
     new_topic: Callable[..., str],
     produce: Callable[..., tuple[int, int]],
 ) -> None:
-    port, web = two_workers
+    supervisor, port = web
     topic = new_topic(partitions=2)
     name = unique("kill")
     do_put_route(name=name, path=f"/{name}", topic=topic)
@@ -71,9 +59,9 @@ def test_clients_of_a_killed_worker_resume_elsewhere_with_nothing_lost(
             read_until(stream, 6)
         pids = {stream: serving_pid(port, stream) for stream in streams}
         victim = pids[streams[0]]
-        assert victim in children(web.pid)
+        assert victim in children(supervisor.pid)
         os.kill(victim, signal.SIGKILL)
-        wait_until(lambda: len(children(web.pid)) == 2 and victim not in children(web.pid), timeout=30)
+        wait_until(lambda: len(children(supervisor.pid)) == 2 and victim not in children(supervisor.pid), timeout=30)
         wait_until(lambda: healthy(port), timeout=30)
         for n in range(6):
             produce(topic, f"after-{n}".encode(), partition=n % 2)
