@@ -30,6 +30,8 @@ FLOW_EXTENSION = "sse.flow"
 # tests/test_twisted_internals.py fails, naming what is gone, when a release drops one.
 TRANSPORT_INTERNALS = ("TLS", "connected", "socket", "dataBuffer", "offset", "_tempDataLen", "_writeDisconnected")
 REQUEST_INTERNALS = ("startedWriting", "chunked", "finished", "sentLength", "_disconnected")
+# How many connections a listening port may accept in one turn of the loop (it stops sooner when none is waiting).
+ACCEPTS_PER_TURN = 1000
 
 
 @implementer(IPushProducer)
@@ -119,6 +121,11 @@ class FlowControlServer(Server):  # type: ignore[misc]
         gc.freeze()
         super().run()
 
+    def listen_success(self, port: Any) -> None:
+        super().listen_success(port)
+        if isinstance(port, tcp.Port):
+            accept_eagerly(port)
+
     def log_action(self, protocol: str, action: str, details: dict[str, Any]) -> None:
         """daphne's access line, through logging (so LOG_FORMAT applies and the request id is on it) and without
         the query string, which may hold a token (`access_token`). Off as daphne's is, with `-v 0`."""
@@ -149,6 +156,24 @@ class FlowControlServer(Server):  # type: ignore[misc]
             # Unregister before the response ends, or Twisted logs "Producer was not unregistered".
             protocol.unregisterProducer()
         await super().handle_reply(protocol, message)
+
+
+def accept_eagerly(port: tcp.Port) -> None:
+    """Let `port` empty the kernel's accept queue on every turn of the loop.
+
+    Twisted accepts at most `numberAccepts` connections per turn, and after a quiet spell that is 1, growing by
+    20 per turn. When thousands of clients reconnect at once (a network blip), the loop is busy with them and
+    the accept queue (the listen backlog, capped by `net.core.somaxconn`) fills: the kernel then drops the
+    handshakes it has no room for, and those clients try again only after 1, 3, 7, 15 s (SYN retransmission
+    backoff). Accepting everything waiting keeps the queue short, so every client is served on its first try.
+    """
+    read = port.doRead
+
+    def do_read() -> None:
+        port.numberAccepts = ACCEPTS_PER_TURN
+        read()  # type: ignore[no-untyped-call]
+
+    port.doRead = do_read  # type: ignore[method-assign]
 
 
 class FlowControlCLI(CommandLineInterface):  # type: ignore[misc]

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 import twisted
-from twisted.internet import tcp
+from twisted.internet import protocol, tcp
 from twisted.internet.address import IPv4Address
 from twisted.web import http
 
-from streams.server import REQUEST_INTERNALS, TRANSPORT_INTERNALS, Flow
+from streams.server import REQUEST_INTERNALS, TRANSPORT_INTERNALS, Flow, accept_eagerly
 
 
 @pytest.fixture
@@ -52,3 +52,38 @@ def test_flow_writes_to_the_socket_directly_only_on_an_idle_chunked_response(
     assert Flow._can_send_now(request, transport) is True
     transport.dataBuffer = b"pending"  # Twisted holds bytes for this client: they go first
     assert Flow._can_send_now(request, transport) is False
+
+
+class _Reactor:
+    """Just enough of a reactor for a listening port and its accepted connections (nothing runs)."""
+
+    def addReader(self, reader: object) -> None: ...
+
+    def removeReader(self, reader: object) -> None: ...
+
+
+def test_an_eager_port_accepts_every_waiting_connection_in_one_turn() -> None:
+    accepted: list[protocol.Protocol] = []
+
+    class Counted(protocol.Protocol):
+        def connectionMade(self) -> None:
+            accepted.append(self)
+
+    factory: Any = protocol.Factory.forProtocol(Counted)
+    port: Any = tcp.Port(0, factory, backlog=1024, interface="127.0.0.1", reactor=_Reactor())
+    port.startListening()
+    clients: list[socket.socket] = []
+    try:
+        clients += [socket.create_connection(("127.0.0.1", port.getHost().port), timeout=5) for _ in range(250)]
+        assert port.numberAccepts < 250  # Twisted's own first turn would leave most of them in the queue
+        accept_eagerly(port)
+        port.doRead()
+        assert len(accepted) == 250
+        port.doRead()  # none waiting: the turn ends at once
+        assert len(accepted) == 250
+    finally:
+        for client in clients:
+            client.close()
+        for proto in accepted:
+            proto.transport.socket.close()  # type: ignore[union-attr]
+        port.socket.close()
