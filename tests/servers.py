@@ -156,7 +156,7 @@ def children(pid: int) -> set[int]:
     return found
 
 
-def start_web(port: int, **env: str) -> subprocess.Popen[bytes]:
+def start_web(port: int, processes: int = 2, **env: str) -> subprocess.Popen[bytes]:
     environment = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.test",
@@ -165,21 +165,26 @@ def start_web(port: int, **env: str) -> subprocess.Popen[bytes]:
         "KAFKA_BOOTSTRAP_SERVERS": settings.KAFKA.bootstrap_servers,
         "WEB_HOST": HOST,
         "WEB_PORT": str(port),
-        "WEB_PROCESSES": "2",
+        "WEB_PROCESSES": str(processes),
         **env,
     }
+    VAR.mkdir(exist_ok=True)
     with (VAR / "test-web-supervisor.log").open("ab") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(
             [sys.executable, "platform/web.py"], cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT
         )
 
 
-def web_started(**env: str) -> tuple[subprocess.Popen[bytes], int]:
-    """platform/web.py on a free port, once its two workers run and answer."""
+def web_started(processes: int = 2, **env: str) -> tuple[subprocess.Popen[bytes], int]:
+    """platform/web.py on a free port with `processes` workers, once they all run and it answers."""
     port = free_port()
-    process = start_web(port, **env)
+    process = start_web(port, processes, **env)
+
+    def running() -> bool:
+        return len(children(process.pid)) == processes and healthy(port)
+
     try:
-        _wait_for("platform/web.py's workers", lambda: len(children(process.pid)) == 2 and healthy(port), timeout=60)
+        _wait_for("platform/web.py's workers", running, timeout=60)
     except BaseException:
         stop_web(process)
         raise

@@ -1,19 +1,26 @@
 """docker/Dockerfile and docker/compose.yaml, checked without a Docker engine (the machines have none).
 
 The image must serve with platform/web.py (workers with write flow control) under the production settings, as a
-user that is not root and cannot change the code, with platform/ in the image; compose must run the same. The
-last test runs the image's command line here, with the image's environment, and asks it for /healthz.
+user that is not root and cannot change the code, with platform/ in the image; compose must run the same commands
+as platform/Procfile and platform/start.sh, start in order on health checks, and point its Spark worker at its
+Spark master. The last tests run the image's command line here, with the image's environment, ask it for
+/healthz, and run compose's web health check against it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -67,6 +74,39 @@ def compose() -> dict[str, object]:
     return document
 
 
+def services() -> dict[str, dict[str, Any]]:
+    found = compose()["services"]
+    assert isinstance(found, dict)
+    return found
+
+
+PLATFORM_SERVICES = ("migrate", "web", "worker", "beat")  # Django's settings, the delivery log, the image's user
+SPARK_SERVICES = ("spark-master", "spark-worker")
+
+
+def procfile() -> dict[str, list[str]]:
+    """platform/Procfile: each process's argv, with the virtualenv's bin/ dropped (the image has no .venv)."""
+    found = {}
+    for line in (ROOT / "platform" / "Procfile").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, command = line.split(":", 1)
+            argv = shlex.split(command)
+            found[name.strip()] = [argv[0].removeprefix(".venv/bin/"), *argv[1:]]
+    return found
+
+
+def web_health_check() -> list[str]:
+    """The argv of compose's web health check, run with this interpreter."""
+    test = services()["web"]["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "python"], "exec form, with the image's Python: the slim image has no curl"
+    return [sys.executable, *test[2:]]
+
+
+def run_health_check(port: int) -> int:
+    env = {"PATH": os.environ.get("PATH", ""), **image_env(), "WEB_PORT": str(port)}
+    return subprocess.run(web_health_check(), env=env, capture_output=True, timeout=30, check=False).returncode
+
+
 def test_the_image_serves_with_web_py_under_the_production_settings() -> None:
     assert image_cmd() == ["python", "platform/web.py"]
     env = image_env()
@@ -107,6 +147,97 @@ def test_compose_runs_the_same_command_and_settings() -> None:
             assert any(volume.endswith(":" + environment["DELIVERY_LOG_DIR"]) for volume in service["volumes"])
 
 
+def test_compose_runs_what_the_procfile_and_make_run_run() -> None:
+    found = services()
+    for name in ("web", "worker", "beat"):
+        assert found[name]["command"] == procfile()[name], f"{name} runs what platform/Procfile runs"
+    start = (ROOT / "platform" / "start.sh").read_text()
+    migrate = shlex.split(next(line for line in start.splitlines() if "manage.py migrate" in line))
+    # make run migrates quietly; compose keeps Django's default verbosity, so its logs say what was applied.
+    assert found["migrate"]["command"] == ["python", *migrate[1 : migrate.index("-v")]]
+
+
+def test_compose_starts_each_service_once_what_it_needs_is_healthy_or_done() -> None:
+    found = services()
+    for name in PLATFORM_SERVICES:
+        assert found[name]["depends_on"]["postgres"] == {"condition": "service_healthy"}, name
+    for name in ("web", "worker", "beat"):
+        assert found[name]["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}, name
+        assert found[name]["depends_on"]["redis"] == {"condition": "service_healthy"}, name
+    assert found["web"]["depends_on"]["kafka"] == {"condition": "service_healthy"}
+    assert found["migrate"].get("restart", "no") == "no", "a one-off: restarting it would never complete"
+    for name, service in found.items():
+        for needed, how in service.get("depends_on", {}).items():
+            if how["condition"] == "service_healthy":
+                assert "healthcheck" in found[needed], f"{name} waits for {needed}, which has no health check"
+    for name in ("postgres", "redis", "kafka", "web", "spark-master", "spark-worker"):
+        assert found[name]["healthcheck"]["test"], f"{name} has a health check"
+
+
+def test_the_web_health_check_asks_readyz_with_python() -> None:
+    web = services()["web"]
+    argv = web_health_check()
+    assert "/readyz" in argv[-1]
+    assert not {"curl", "wget"} & set(" ".join(argv).split())
+    assert str(image_env()["WEB_PORT"]) == web["ports"][0].rsplit(":", 1)[1], "it asks the port web.py listens on"
+
+
+def test_the_spark_worker_runs_the_wheels_launcher_and_points_at_the_master() -> None:
+    found = services()
+    master, worker = found["spark-master"]["command"], found["spark-worker"]["command"]
+    assert master[:2] == ["spark-class", "org.apache.spark.deploy.master.Master"]
+    assert worker[:2] == ["spark-class", "org.apache.spark.deploy.worker.Worker"]
+    url = f"spark://spark-master:{master[master.index('--port') + 1]}"
+    assert master[master.index("--host") + 1] == "spark-master"
+    assert worker[-1] == url
+    assert found["worker"]["environment"]["SPARK_MASTER"] == url, "the Celery worker's rollup drives that cluster"
+    # spark-class comes with the pyspark wheel, installed beside the interpreter, as in the image.
+    assert (Path(sys.executable).parent / "spark-class").is_file()
+    # The executors read the files the Celery worker lists: the same volume at the same path.
+    log_dir = found["worker"]["environment"]["DELIVERY_LOG_DIR"]
+    assert any(volume.split(":")[1] == log_dir for volume in found["spark-worker"]["volumes"])
+    work_dir = worker[worker.index("--work-dir") + 1]
+    assert work_dir.startswith("/app/var/"), "the only place the image's user may write"
+
+
+def test_every_service_of_the_image_runs_as_its_user() -> None:
+    for name in (*PLATFORM_SERVICES, *SPARK_SERVICES):
+        service = services()[name]
+        assert service["build"]["dockerfile"] == "docker/Dockerfile", f"{name} runs the platform image"
+        assert "user" not in service, f"{name} keeps the image's user ({all_of('USER')[-1]}), never root"
+
+
+@contextlib.contextmanager
+def answering(status: int) -> Iterator[int]:
+    """A local HTTP server answering every GET with `status`; yields its port."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer((HOST, 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_the_web_health_check_fails_on_a_503_and_on_a_refused_connection() -> None:
+    with answering(503) as port:
+        assert run_health_check(port) != 0
+    with answering(200) as port:
+        assert run_health_check(port) == 0
+    assert run_health_check(free_port()) != 0
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_image_command_line_starts_and_answers_healthz(tmp_path: Path) -> None:
     port = free_port()
@@ -135,6 +266,7 @@ def test_the_image_command_line_starts_and_answers_healthz(tmp_path: Path) -> No
                 return False
 
         wait_until(healthy, timeout=60)
+        wait_until(lambda: run_health_check(port) == 0, timeout=30)  # /readyz: compose's health check passes
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
     finally:
