@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Mapping
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 
 from bindings.changes import CHANGES_GROUP
 from bindings.selectors import RevocationSpec, revocation_specs
@@ -39,6 +39,10 @@ from streams.sessions import GuardedStream, Sessions
 log = logging.getLogger(__name__)
 
 REFRESH_S = 10.0
+# A request reads them itself only when the periodic read has not succeeded for this long (it keeps them fresher),
+# and at most once per RETRY_S while Postgres cannot answer: requests never queue on a failing database.
+STALE_S = 3 * REFRESH_S
+RETRY_S = 1.0
 REVOCATION_KIND = "revocation"  # the kind `bindings.services` announces revocations under
 REVOKED_EVENT = (
     b"event:revoked\ndata:"
@@ -66,6 +70,7 @@ class Revocations:
         self._ended: weakref.WeakSet[GuardedStream] = weakref.WeakSet()
         self._loading: asyncio.Task[None] | None = None
         self._loading_since = float("-inf")
+        self._failed_at = float("-inf")
         self._tasks: set[asyncio.Task[None]] = set()
         self._started = False
 
@@ -81,18 +86,22 @@ class Revocations:
         return any(self.covers(guard, session) for guard, session in sessions.items())
 
     async def fresh(self) -> None:
-        """Before a guarded request is checked: the set read within REFRESH_S, the tasks that keep it so started.
-        Raises (a DatabaseError) only when it was never read and cannot be now."""
+        """Before a guarded request is checked: the tasks that keep the set current started, and the set read if
+        they have not managed to lately. Raises (a DatabaseError) only when it was never read and cannot be now."""
         loop = asyncio.get_running_loop()
         if not self._started:
             self._start()
-        if loop.time() - self.loaded_at > REFRESH_S:
+        now = loop.time()
+        if now - self.loaded_at > STALE_S and now - self._failed_at >= RETRY_S:
             try:
                 await self.reload()
-            except Exception:
+            except Exception as exc:
+                self._failed_at = loop.time()
                 if self.loaded_at == float("-inf"):
-                    raise
+                    raise DatabaseError("the revocations cannot be read") from exc
                 log.warning("revocations cannot be read; the last ones read still apply", exc_info=True)
+        elif self.loaded_at == float("-inf"):  # never read, and the last try failed a moment ago
+            raise DatabaseError("the revocations have not been read yet")
 
     def _start(self) -> None:
         self._started = True
