@@ -265,6 +265,7 @@ class RevocationAdmin(admin.ModelAdmin[Revocation]):
 
     list_display = ("guard", "identity", "jti", "until", "in_force", "created_by", "created_at")
     list_filter = ("guard", "created_by")
+    list_select_related = ("guard",)
     search_fields = ("identity", "jti", "reason")
     fields = ("guard", "identity", "jti", "until", "reason", "created_by", "created_at")
 
