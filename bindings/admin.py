@@ -21,6 +21,7 @@ from django.db.models import Prefetch, QuerySet
 from django.forms.formsets import DELETION_FIELD_NAME
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
+from django.utils import timezone
 
 from bindings.history import Actor, record, route_state
 from bindings.models import (
@@ -34,6 +35,7 @@ from bindings.models import (
     check_route_params,
 )
 from bindings.representations import endpoint_representation, guard_representation
+from bindings.revocations import Revocation, revocation_representation
 
 
 class _Edit:
@@ -254,6 +256,42 @@ class ChangeAdmin(admin.ModelAdmin[Change]):
 
     def has_delete_permission(self, request: HttpRequest, obj: Change | None = None) -> bool:
         return False
+
+
+@admin.register(Revocation)
+class RevocationAdmin(admin.ModelAdmin[Revocation]):
+    """Revocations: made and lifted here as through the API, recorded in the history and announced. Once made,
+    only the end and the reason change: what a revocation covers is fixed."""
+
+    list_display = ("guard", "identity", "jti", "until", "in_force", "created_by", "created_at")
+    list_filter = ("guard", "created_by")
+    list_select_related = ("guard",)
+    search_fields = ("identity", "jti", "reason")
+    fields = ("guard", "identity", "jti", "until", "reason", "created_by", "created_at")
+
+    @admin.display(boolean=True, description="in force")
+    def in_force(self, revocation: Revocation) -> bool:
+        return revocation.until > timezone.now()
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Revocation | None = None) -> Any:
+        return ("created_by", "created_at") + (("guard", "identity", "jti") if obj is not None else ())
+
+    def save_model(self, request: HttpRequest, obj: Revocation, form: Any, change: bool) -> None:
+        fresh = Revocation.objects.filter(pk=obj.pk).first() if obj.pk is not None else None
+        before = None if fresh is None else revocation_representation(fresh)
+        if fresh is None:
+            obj.created_by = request.user.get_username()[:150]
+        super().save_model(request, obj, form, change)
+        record("revocation", str(obj.pk), before, revocation_representation(obj), Actor.of(request.user, "admin"))
+
+    def delete_model(self, request: HttpRequest, obj: Revocation) -> None:
+        before, pk = revocation_representation(obj), obj.pk
+        super().delete_model(request, obj)
+        record("revocation", str(pk), before, None, Actor.of(request.user, "admin"))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Revocation]) -> None:
+        for obj in queryset:
+            self.delete_model(request, obj)
 
 
 @admin.register(Route)

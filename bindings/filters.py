@@ -11,10 +11,12 @@ from typing import Any
 
 import django_filters
 from django.db.models import Exists, Model, OuterRef, Q, QuerySet
+from django.utils import timezone
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework.pagination import LimitOffsetPagination
 
 from bindings.models import Change, Endpoint, Guard, Route, RouteCondition
+from bindings.revocations import Revocation
 
 MAX_PAGE = 1000
 
@@ -70,7 +72,7 @@ class GuardFilterSet(django_filters.FilterSet):
 
 class ChangeFilterSet(django_filters.FilterSet):
     kind = django_filters.ChoiceFilter(
-        choices=[("endpoint", "endpoint"), ("route", "route"), ("guard", "guard")], help_text="What was changed."
+        choices=[(kind, kind) for kind in ("endpoint", "route", "guard", "revocation")], help_text="What was changed."
     )
     name = django_filters.CharFilter(help_text="The name of the object changed.")
     actor = django_filters.CharFilter(help_text="Who changed it (a user name, or a command's).")
@@ -82,11 +84,29 @@ class ChangeFilterSet(django_filters.FilterSet):
         fields: tuple[str, ...] = ()
 
 
+class RevocationFilterSet(django_filters.FilterSet):
+    guard = django_filters.CharFilter(field_name="guard__name", help_text="Revocations of the guard so named.")
+    identity = django_filters.CharFilter(help_text="Revocations of exactly this identity.")
+    jti = django_filters.CharFilter(help_text="Revocations of exactly this token id.")
+    active = django_filters.BooleanFilter(
+        method="filter_active", help_text="true: only those still in force; false: only those that lapsed."
+    )
+
+    class Meta:
+        model = Revocation
+        fields: tuple[str, ...] = ()
+
+    def filter_active(self, queryset: QuerySet[Revocation], name: str, value: bool) -> QuerySet[Revocation]:
+        now = timezone.now()
+        return queryset.filter(until__gt=now) if value else queryset.filter(until__lte=now)
+
+
 FILTER_SETS: dict[type[Model], type[django_filters.FilterSet]] = {
     Change: ChangeFilterSet,
     Route: RouteFilterSet,
     Endpoint: EndpointFilterSet,
     Guard: GuardFilterSet,
+    Revocation: RevocationFilterSet,
 }
 
 

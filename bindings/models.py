@@ -475,7 +475,7 @@ class Change(models.Model):
     actor = models.CharField(max_length=150, help_text="The user, or the command or process, that wrote.")
     source = models.CharField(max_length=32, help_text="admin, api, import, command or shell.")
     action = models.CharField(max_length=16, choices=Action.choices)
-    kind = models.CharField(max_length=32, help_text="endpoint, route or guard.")
+    kind = models.CharField(max_length=32, help_text="endpoint, route, guard or revocation.")
     name = models.CharField(max_length=100)
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
@@ -569,3 +569,7 @@ def routes_in_order() -> models.QuerySet[Route]:
         )
         .order_by("position", "id")
     )
+
+
+# Defined in its own module (it needs nothing above but the Guard it names); imported here so Django finds it.
+from bindings.revocations import Revocation  # noqa: E402, F401

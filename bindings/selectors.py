@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from django.utils import timezone
+
 # The two `with.event.id` values Zilla accepts (they select an encoding, they are not templates) and the two
 # start positions: the models define them as their choices, the data plane reads them here.
 from bindings.models import (
@@ -27,6 +29,7 @@ from bindings.models import (
     RouteFilter,
     routes_in_order,
 )
+from bindings.revocations import Revocation
 
 __all__ = [
     "ASYMMETRIC_ALGORITHMS",
@@ -39,10 +42,12 @@ __all__ = [
     "EndpointSpec",
     "FilterSpec",
     "GuardSpec",
+    "RevocationSpec",
     "RouteSpec",
     "ValueFilterSpec",
     "endpoint_spec",
     "filter_spec",
+    "revocation_specs",
     "route_specs",
 ]
 
@@ -176,4 +181,29 @@ def route_specs() -> tuple[RouteSpec, ...]:
             ),
         )
         for route in routes_in_order()
+    )
+
+
+@dataclass(frozen=True)
+class RevocationSpec:
+    """Tokens of the guard named `guard` with this identity, or this `jti` (exactly one is set), are refused until
+    `until` (epoch seconds)."""
+
+    guard: str
+    until: float
+    identity: str | None = None
+    jti: str | None = None
+
+
+def revocation_specs() -> tuple[RevocationSpec, ...]:
+    """The revocations that have not lapsed (one query); those that lapse later are the reader's to ignore."""
+    found = Revocation.objects.filter(until__gt=timezone.now()).select_related("guard").order_by("id")
+    return tuple(
+        RevocationSpec(
+            guard=revocation.guard.name,
+            until=revocation.until.timestamp(),
+            identity=revocation.identity or None,
+            jti=revocation.jti or None,
+        )
+        for revocation in found
     )

@@ -13,6 +13,7 @@ bad field: a route's own fields (`topic`, `endpoint`, ...), `paths` / `paths[i]`
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
@@ -40,7 +41,8 @@ from bindings.models import (
     default_endpoint,
 )
 from bindings.representations import endpoint_representation, guard_representation
-from bindings.shapes import EndpointShape, FilterShape, GuardShape, RouteShape, problems
+from bindings.revocations import Revocation, revocation_representation
+from bindings.shapes import EndpointShape, FilterShape, GuardShape, RevocationShape, RouteShape, problems
 
 Errors = dict[str, list[str]]
 
@@ -352,3 +354,47 @@ def do_delete_endpoint(name: str, *, actor: Actor = SHELL) -> bool:
 def do_delete_guard(name: str, *, actor: Actor = SHELL) -> bool:
     """Delete the guard called `name` unless a route uses it; False if there was none."""
     return _delete_unused(Guard, "guard", name, actor)
+
+
+@transaction.atomic
+def do_revoke(
+    *, guard: str, until: datetime, identity: str = "", jti: str = "", reason: str = "", actor: Actor = SHELL
+) -> Revocation:
+    """Refuse `guard`'s tokens of this identity, or this token id (`jti`), until `until`, in every web process."""
+    _check_shape(RevocationShape, {"guard": guard, "until": until, "identity": identity, "jti": jti, "reason": reason})
+    found = Guard.objects.filter(name=guard).first()
+    errors: Errors = {} if found else {"guard": [f"There is no guard named {guard!r}."]}
+    revocation = Revocation(guard=found, identity=identity, jti=jti, until=until, reason=reason)
+    revocation.created_by = actor.name[:150]
+    try:
+        revocation.full_clean(exclude=["guard"])
+    except ValidationError as exc:
+        _collect(errors, exc, "")
+    if errors:
+        raise ValidationError(errors)
+    revocation.save()
+    record("revocation", str(revocation.pk), None, revocation_representation(revocation), actor)
+    return revocation
+
+
+@transaction.atomic
+def do_change_revocation(pk: int, *, until: datetime, reason: str, actor: Actor = SHELL) -> Revocation | None:
+    """Move a revocation's end (sooner lifts it sooner) or reword its reason; None if there is none."""
+    revocation = Revocation.objects.select_for_update().select_related("guard").filter(pk=pk).first()
+    if revocation is not None:
+        before = revocation_representation(revocation)
+        revocation.until, revocation.reason = until, reason
+        revocation.full_clean(exclude=["guard"])
+        revocation.save()
+        record("revocation", str(pk), before, revocation_representation(revocation), actor)
+    return revocation
+
+
+@transaction.atomic
+def do_delete_revocation(pk: int, *, actor: Actor = SHELL) -> bool:
+    """Lift a revocation now; False if there was none."""
+    revocation = Revocation.objects.select_for_update().select_related("guard").filter(pk=pk).first()
+    if revocation is not None:
+        record("revocation", str(pk), revocation_representation(revocation), None, actor)
+        revocation.delete()
+    return revocation is not None

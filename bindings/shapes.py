@@ -180,6 +180,21 @@ class GuardShape(serializers.Serializer[Any]):
     )
 
 
+class RevocationShape(serializers.Serializer[Any]):
+    """A revocation: a guard's tokens of one identity, or one token (`jti`), refused until `until`."""
+
+    id = serializers.IntegerField(read_only=True)
+    guard = serializers.SlugField(max_length=100, required=False, help_text="The guard whose tokens are revoked.")
+    identity = Text(
+        max_length=255, required=False, allow_blank=True, help_text="Every token of this identity; or give a jti."
+    )
+    jti = Text(max_length=255, required=False, allow_blank=True, help_text="One token, by its jti claim.")
+    until = serializers.DateTimeField(required=False, help_text="When the revocation lapses (ISO 8601).")
+    reason = Text(required=False, allow_blank=True, help_text="Why, for the operators; never sent to clients.")
+    created_by = serializers.CharField(read_only=True)
+    created_at = serializers.DateTimeField(read_only=True)
+
+
 def problems(shape: serializers.Serializer[Any], prefix: str = "") -> Errors:
     """What is wrong with the data `shape` was given, keyed as the services key errors (`filters[0].value.path`);
     empty if it fits."""

@@ -8,12 +8,14 @@ from rest_framework.routers import DefaultRouter
 
 from analytics.api import RouteAnalyticsListView, RouteAnalyticsView
 from bindings.api import ChangeViewSet, EndpointViewSet, GuardViewSet, RouteViewSet
+from bindings.api_revocations import RevocationViewSet
 from bindings.api_zilla import ZillaExportView, ZillaImportView
 
 router = DefaultRouter()
 router.register("routes", RouteViewSet)
 router.register("endpoints", EndpointViewSet)
 router.register("guards", GuardViewSet)
+router.register("revocations", RevocationViewSet)
 router.register("changes", ChangeViewSet)
 
 urlpatterns = [

@@ -42,6 +42,7 @@ class End(enum.StrEnum):
     TOKEN_EXPIRED = "token_expired"  # noqa: S105  (a reason, not a secret)
     ROUTE_CHANGED = "route_changed"
     TOPIC_DELETED = "topic_deleted"  # its Kafka topic was deleted (the client reconnects and gets a 404)
+    REVOKED = "revoked"  # an operator revoked its token or identity (the client gets `event:revoked`, then a 401)
     SERVER_STOPPING = "server_stopping"
     FAILED = "failed"  # the stream raised: a defect, logged with its traceback
 

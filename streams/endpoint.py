@@ -47,6 +47,7 @@ from streams.opening import guarded_identity, open_subscription, session_record
 from streams.pump import Pump
 from streams.reader import Source, start_source
 from streams.readiness import PROBES, checks
+from streams.revocations import REVOKED_EVENT
 from streams.routing import Match
 from streams.runtime import Runtime
 from streams.runtime import runtime as process_runtime
@@ -202,7 +203,15 @@ class Stream:
             await self.problem(404, "No route", f"No route matches {path}.", reason="no_route")
             return
         self.cors = cors_headers(candidates[0].route.endpoint, header(self.scope, b"origin"))
-        authorised = await authorise(candidates, self.scope)
+        revocations = self.runtime.revocations
+        try:
+            if any(candidate.route.guarded for candidate in candidates):
+                await revocations.fresh()
+        except DatabaseError:  # never read yet: a revoked token must not slip through
+            detail = "The revoked tokens cannot be read now; retry in a moment."
+            await self.problem(503, "Revocations unavailable", detail, reason="database", headers=RETRY_SOON)
+            return
+        authorised = await authorise(candidates, self.scope, revocations.covers)
         if isinstance(authorised, Refusal):
             self.runtime.refused(candidates[0].route.name, authorised.status, authorised.reason)
             await refuse(self.send, authorised, self.cors)
@@ -310,7 +319,8 @@ async def race(
     if failed:
         log.error("stream on %s failed", topic, exc_info=pumping.exception())
     if failed or stopped:
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        farewell = REVOKED_EVENT if stopped and stop.result() is End.REVOKED else b""
+        await send({"type": "http.response.body", "body": farewell, "more_body": False})
     if failed:
         return End.FAILED
     if stopped:
@@ -338,6 +348,8 @@ class Registration:
             stream.end(End.ROUTE_CHANGED)
         if stream.sessions:
             runtime.sessions.add(stream)
+            if runtime.revocations.revoked(stream.sessions):  # revoked while this stream was set up
+                stream.end(End.REVOKED)
             stream.lease = Lease(route, stream.sessions, challenge=stream.challenge, end=stream.end)
             stream.lease.schedule()
 

@@ -19,7 +19,7 @@ import contextlib
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.cookies import CookieError, SimpleCookie
@@ -64,6 +64,7 @@ class Session:
     roles: frozenset[str] | None
     attributes: dict[str, str] = field(default_factory=dict)
     expires_at: float | None = None  # epoch seconds
+    token_id: str | None = None  # the `jti` claim, which a revocation may name
 
     def values(self) -> dict[str, str]:
         """The values `${guarded['<guard>'].…}` templates read: only those the token has (a route reading one it
@@ -186,6 +187,7 @@ class Verifier:
             attributes=attributes,
             # PyJWT checked int(exp); one past a float's range (10**400) is as good as never.
             expires_at=None if claims.get("exp") is None else float(min(int(claims["exp"]), FAR_FUTURE_S)),
+            token_id=None if claims.get("jti") is None else _text(claims["jti"]),
         )
 
 
@@ -292,11 +294,19 @@ class Refusal:
     status: int
     detail: str
     token_given: bool
+    revoked: bool = False  # a 401 for a token an operator revoked (streams/revocations.py)
 
     @property
     def reason(self) -> str:
         """The refusal's reason, as the delivery log counts it."""
+        if self.revoked:
+            return "revoked"
         return {401: "unauthorized", 403: "forbidden"}.get(self.status, "keys_unavailable")
+
+    @property
+    def strength(self) -> tuple[int, bool]:
+        """Which refusal to answer when several routes refused: a 403 over a 401, a revoked 401 over another."""
+        return STRENGTH[self.status], self.revoked
 
 
 @dataclass(frozen=True)
@@ -305,9 +315,14 @@ class Authorised:
     sessions: dict[str, Session]
 
 
-async def authorise(candidates: Iterable[Match], scope: Scope) -> Authorised | Refusal:
+REVOKED_DETAIL = "This token, or its identity, was revoked by an operator: it opens no stream."
+
+
+async def authorise(
+    candidates: Iterable[Match], scope: Scope, revoked: Callable[[str, Session], bool] | None = None
+) -> Authorised | Refusal:
     """The first candidate whose guards all authorise the request, or why none did (the strongest reason: a 403
-    if some token was valid, else a 401)."""
+    if some token was valid, else a 401). `revoked(guard, session)` tells a token an operator revoked."""
     refusal: Refusal | None = None
     for match in candidates:
         sessions: dict[str, Session] = {}
@@ -327,6 +342,9 @@ async def authorise(candidates: Iterable[Match], scope: Scope) -> Authorised | R
                 log.warning("route %s: %s", match.route.name, exc)
                 failed = Refusal(503, "The keys that verify tokens for this stream cannot be read now.", True)
                 break
+            if revoked is not None and revoked(guard.name, session):
+                failed = Refusal(401, REVOKED_DETAIL, True, revoked=True)
+                break
             if session.roles is None or not set(roles) <= session.roles:
                 failed = Refusal(403, "The token does not carry the roles this stream needs.", True)
                 break
@@ -336,7 +354,7 @@ async def authorise(candidates: Iterable[Match], scope: Scope) -> Authorised | R
             failed = unfit(match, guarded)
             if failed is None:
                 return Authorised(Match(match.route, match.params, guarded), sessions)
-        if refusal is None or STRENGTH[failed.status] > STRENGTH[refusal.status]:
+        if refusal is None or failed.strength > refusal.strength:
             refusal = failed
     assert refusal is not None  # noqa: S101  (candidates is never empty)
     return refusal

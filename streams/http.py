@@ -12,6 +12,9 @@ from streams.asgi import Scope, Send, header
 from streams.guards import Refusal
 from streams.positions import parse_since
 
+# A revoked token's 401 says so, apart from other 401s (docs/contract.md §6): a client must not retry it.
+REVOKED_TYPE = "urn:sse-kafka-platform:problem:token-revoked"
+REVOKED_TITLE = "Token revoked"
 MAX_LAST_EVENT_ID_BYTES = 4096
 STREAM_METHODS = "GET, HEAD, OPTIONS"
 # A stream's response headers (docs/contract.md §2): proxies must neither cache nor buffer it.
@@ -96,9 +99,14 @@ async def refuse(send: Send, refusal: Refusal, cors: tuple[tuple[bytes, bytes], 
     headers = cors
     if refusal.status == 401:  # noqa: PLR2004
         challenge = b'Bearer realm="sse"' + (b', error="invalid_token"' if refusal.token_given else b"")
+        if refusal.revoked:
+            challenge += b', error_description="The token was revoked"'
         headers = ((b"www-authenticate", challenge), *headers)
     titles = {401: "Unauthorized", 403: "Forbidden", 503: "Service unavailable"}
     if refusal.status == 503:  # noqa: PLR2004
         headers = ((b"retry-after", b"5"), *headers)
-    title = titles[refusal.status]
-    await problem(send, refusal.status, title, refusal.detail, headers=headers)
+    if refusal.revoked:
+        body = {"type": REVOKED_TYPE, "title": REVOKED_TITLE, "status": 401, "detail": refusal.detail}
+        await respond_json(send, 401, body, headers=headers)
+        return
+    await problem(send, refusal.status, titles[refusal.status], refusal.detail, headers=headers)

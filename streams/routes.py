@@ -178,6 +178,8 @@ class RouteTable:
 
     async def _listen(self) -> None:
         async def changed(message: dict[str, object]) -> None:
+            if message.get("kind") == "revocation":  # no route changed (streams/revocations.py hears it)
+                return
             self.stale = True
             self._reload_soon()
 

@@ -3,6 +3,7 @@
 - `routes`: the route table, rebuilt on announced changes (streams/routes.py);
 - `open_streams`: the open streams by route, closed when their route changes;
 - `sessions`: the guarded streams, renewed by challenge responses from any process (streams/sessions.py);
+- `revocations`: the revoked identities and tokens, refused and their streams ended (streams/revocations.py);
 - `stats`: the counters the health endpoint reports;
 - `delivery_log`: what the streams delivered and refused, as Parquet for the analytics (streams/delivery_log.py);
 - `metrics`: the same, and the process's gauges, for Prometheus (streams/metrics.py);
@@ -36,6 +37,7 @@ from streams.metrics import (
     STREAMS_OPENED,
     Metrics,
 )
+from streams.revocations import Revocations
 from streams.routes import OpenStreams, RouteTable
 from streams.sessions import Sessions
 from streams.stats import StreamStats
@@ -67,10 +69,13 @@ class Runtime:
     limits: StreamLimits = field(default_factory=StreamLimits)
     challenges: RateLimit = field(default_factory=lambda: RateLimit("SSE_MAX_CHALLENGE_RESPONSES_PER_MIN"))
     routes: RouteTable = field(init=False)
+    revocations: Revocations = field(init=False)
     deliveries: DeliverySinks = field(init=False)  # what the pumps tell of each write: log and metrics
 
     def __post_init__(self) -> None:
         self.routes = RouteTable(self.open_streams)
+        self.revocations = Revocations(self.sessions)
+        self.sessions.is_revoked = self.revocations.covers
         self.deliveries = DeliverySinks(self.delivery_log, self.metrics)
         metrics = self.metrics
         metrics.hub = current_hub
@@ -113,6 +118,7 @@ class Runtime:
             "route_reloads": self.routes.reloads,
             "closed_on_change": self.open_streams.closed,
             "renewed_by_challenge": self.sessions.renewed,
+            "closed_on_revocation": self.revocations.closed,
             **counts,
             **self.delivery_log.stats(),
             "gc_frozen_objects": gc.get_freeze_count(),  # the server freezes what it loaded (streams/server.py)

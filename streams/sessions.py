@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from channels.layers import get_channel_layer
 
 from bindings.selectors import GuardSpec, RouteSpec
+from streams.delivery_schema import End
 from streams.guards import Session, route_guard_values, verifiers
 from streams.listen import listen
 
@@ -40,6 +42,8 @@ class GuardedStream(Protocol):
 
     def reauthorised(self) -> None: ...
 
+    def end(self, reason: End) -> None: ...
+
 
 def changes(old: Session, new: Session, reads: set[str]) -> list[str]:
     """Which of the values `reads` (`identity`, `attributes.<name>`) the new token gives otherwise than the old."""
@@ -54,6 +58,8 @@ class Sessions:
         self.streams: set[GuardedStream] = set()
         self.renewed = 0
         self._listener: asyncio.Task[None] | None = None
+        # Whether an operator revoked a token of a guard (streams/revocations.py): such a token renews nothing.
+        self.is_revoked: Callable[[str, Session], bool] = lambda guard, session: False
 
     def add(self, stream: GuardedStream) -> None:
         self.streams.add(stream)
@@ -79,7 +85,7 @@ class Sessions:
                 new, old = guards.get(guard), stream.sessions.get(guard.name)
                 if new is None or old is None or new.identity is None or new.identity != old.identity:
                     continue
-                if new.roles is None or not set(roles) <= new.roles:
+                if new.roles is None or not set(roles) <= new.roles or self.is_revoked(guard.name, new):
                     continue
                 if changed := changes(old, new, {value for name, value in reads if name == guard.name}):
                     log.info("a renewal changes %s, which the stream reads: not extended", changed)

@@ -38,6 +38,11 @@ def test_it_documents_every_operation_with_its_problems(schema: dict[str, Any]) 
         assert name["name"] == "name"
         assert name["schema"]["pattern"] == "^[-a-zA-Z0-9_]+$"
     assert "409" in paths["/api/v1/endpoints/{name}/"]["delete"]["responses"]
+    # Revocations have no name: by id, and what one covers is fixed (no PUT).
+    assert set(paths["/api/v1/revocations/"]) == {"get", "post"}
+    revocation = paths["/api/v1/revocations/{id}/"]
+    assert set(revocation) == {"get", "patch", "delete"}
+    assert {"200", "400", "401", "403", "404"} <= set(revocation["patch"]["responses"])
     assert "409" not in paths["/api/v1/routes/{name}/"]["delete"]["responses"]
 
 
@@ -48,6 +53,7 @@ def test_it_documents_the_list_filters(schema: dict[str, Any]) -> None:
     assert parameters("/api/v1/routes/") == {"topic", "endpoint", "guard", "search", "limit", "offset"}
     assert parameters("/api/v1/endpoints/") == {"search", "limit", "offset"}
     assert parameters("/api/v1/guards/") == {"issuer", "search", "limit", "offset"}
+    assert parameters("/api/v1/revocations/") == {"guard", "identity", "jti", "active", "limit", "offset"}
 
 
 def test_it_describes_a_route_as_the_api_shows_it(schema: dict[str, Any]) -> None:

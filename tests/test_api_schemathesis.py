@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import schemathesis
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.renderers import OpenApiJsonRenderer
 from hypothesis import HealthCheck, settings
@@ -54,9 +54,10 @@ def report_calls(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.fixture
 def admin_token(transactional_db: None) -> str:
-    """A staff token, committed so that the daphne process sees it."""
+    """A staff token, committed so that the daphne process sees it; it may also revoke."""
     user = User.objects.create_user("schemathesis", is_staff=True)
     grant_api_writer(user)
+    user.user_permissions.add(*Permission.objects.filter(codename__endswith="_revocation"))
     key: str = Token.objects.create(user=user).key
     return key
 

@@ -7,15 +7,18 @@ With a staff user's session, every such request is answered below 500, and every
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from bindings.services import do_put_guard, do_revoke
 from tests.fuzz import REQUESTS, mutate
 from tests.jwt_keys import public_jwk
 
@@ -101,6 +104,27 @@ def test_a_body_with_wrong_values_anywhere_is_written_or_a_400(
         assert problem["errors"], problem
 
 
+REVOCATION = {"guard": "fz-jwt", "identity": "alice", "jti": "", "until": "2999-01-01T00:00:00Z", "reason": "fz"}
+
+
+@REQUESTS
+@given(data=st.data(), times=st.integers(1, 3), patch=st.booleans())
+def test_a_revocation_with_wrong_values_anywhere_is_written_or_a_400(
+    api: Client, data: st.DataObject, times: int, patch: bool
+) -> None:
+    do_put_guard(**GUARD)  # type: ignore[arg-type]
+    body = mutate(REVOCATION, data, times, HOSTILE)
+    text = json.dumps(body)
+    if patch:
+        target = do_revoke(guard="fz-jwt", identity="bob", until=timezone.now() + timedelta(days=1))
+        response = api.patch(f"/api/v1/revocations/{target.pk}/", text, content_type="application/json")
+    else:
+        response = api.post("/api/v1/revocations/", text, content_type="application/json")
+    problem = check(response)
+    if problem is not None and response.status_code == 400:
+        assert problem["errors"], problem
+
+
 RAW_BODIES = [
     b"",
     b"null",
@@ -164,11 +188,15 @@ def test_any_name_in_the_url_is_found_or_not_found(api: Client, collection: str,
         )
 
 
+LIST_QUERY_KEYS = ["limit", "offset", "search", "topic", "endpoint", "guard", "ordering", "kind", "format"]
+LIST_QUERY_KEYS += ["identity", "jti", "active"]  # revocations'
+
+
 @REQUESTS
 @given(
-    collection=st.sampled_from([*sorted(BODIES), "changes"]),
+    collection=st.sampled_from([*sorted(BODIES), "changes", "revocations"]),
     query=st.dictionaries(
-        st.sampled_from(["limit", "offset", "search", "topic", "endpoint", "guard", "ordering", "kind", "format"]),
+        st.sampled_from(LIST_QUERY_KEYS),
         st.one_of(st.text(max_size=20), st.sampled_from(["-1", "99999999999999999999", "1e3", "\x00", "0"])),
         max_size=4,
     ),
