@@ -48,7 +48,8 @@ def test_a_route_created_in_the_admin_streams_in_its_live_preview(
         return snippet, page.inner_text("#preview-events"), page.inner_text("#preview-count")
 
     snippet, events, count = in_browser(scenario)
-    assert f'new EventSource("{daphne_url}/{name}/42")' in snippet
+    assert f'import {{ SseClient }} from "{daphne_url}/static/streams/sse-client.js";' in snippet
+    assert f'new SseClient("{daphne_url}/{name}/42");' in snippet
     assert marker in events
     assert count == "1"
     route = Route.objects.get(name=name)
