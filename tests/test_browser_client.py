@@ -25,7 +25,7 @@ import pytest
 from django.db import connection
 from playwright.sync_api import Page, Request
 
-from bindings.services import do_put_guard, do_put_route
+from bindings.services import do_put_endpoint, do_put_guard, do_put_route
 from streams.event_id import encode_progress
 from tests.conftest import unique, wait_until
 from tests.jwt_keys import guard_fields, token
@@ -49,7 +49,8 @@ OPEN_CLIENT = """async ({ client, path, options, tokenFromTest }) => {
   for (const type of ["open", "message", "delete", "reset", "caught-up", "challenge"]) {
     made.addEventListener(type, (e) => report({ type, data: e.data ?? null, id: e.lastEventId ?? null }));
   }
-  made.addEventListener("reconnecting", (e) => report({ type: "reconnecting", error: problem(e.detail.error) }));
+  made.addEventListener("reconnecting", (e) => report({ type: "reconnecting", attempt: e.detail.attempt,
+    delayMs: e.detail.delayMs, error: problem(e.detail.error) }));
   made.addEventListener("renewal", (e) => report({ type: "renewal", ok: e.detail.ok, error: problem(e.detail.error) }));
   made.addEventListener("error", (e) => report({ type: "error", ...problem(e.error), readyState: made.readyState }));
   return made.transport;
@@ -399,3 +400,44 @@ def test_an_open_route_reads_through_event_source_and_close_ends_the_stream(
         "client": 1, "type": "error", "readyState": 2, "retryable": False, "status": 404,
         "title": answer.json()["title"], "detail": answer.json()["detail"], "problemType": answer.json()["type"],
     }  # fmt: skip
+
+
+def test_a_dropped_connection_is_retried_after_growing_jittered_delays_then_resumes(
+    server: DaphneServer, proxy: RecordingProxy, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]]
+) -> None:
+    topic = new_topic()
+    endpoint = unique("fast-retry")
+    do_put_endpoint(name=endpoint, retry_ms=100)  # the stream's `retry:100` sets where the delays start
+    path = "/" + unique("drop")
+    do_put_route(name=path[1:], path=path, topic=topic, endpoint=endpoint)
+    produce(topic, b"before")
+    attempts = 5
+
+    def scenario(page: Page) -> list[dict[str, Any]]:
+        page.goto(proxy.url + CLIENT)
+        options = {"transport": "fetch", "maxRetryMs": 400}  # fetch without a token, as a page may choose
+        page.evaluate(OPEN_CLIENT, {"client": CLIENT, "path": path, "options": options, "tokenFromTest": False})
+        page.wait_for_function(seen("message"), timeout=10_000)
+        proxy.cut()  # the line drops and every new connection is reset: each attempt fails
+        try:
+            page.wait_for_function(seen("reconnecting", attempts), timeout=20_000)
+            produce(topic, b"while cut")
+        finally:
+            proxy.restore()
+        page.wait_for_function(seen("message", 2), timeout=20_000)
+        page.evaluate("window.clients[0].close()")
+        return reports(page)
+
+    events = in_browser(scenario)
+    story = json.dumps(events, indent=1)
+    assert [e["data"] for e in events if e["type"] == "message"] == ["before", "while cut"], story
+    retries = [e for e in events if e["type"] == "reconnecting"]
+    for attempt, retry in enumerate(retries[:attempts], start=1):
+        ceiling = min(400, 100 * 2 ** (attempt - 1))  # doubled per failed attempt, capped by maxRetryMs
+        assert retry["attempt"] == attempt, story
+        assert ceiling / 2 <= retry["delayMs"] <= ceiling, story  # jittered within the upper half
+        assert (retry["error"]["status"], retry["error"]["retryable"]) == (0, True), story  # no answer at all
+    assert [e["type"] for e in events].count("open") == 2, story  # then one stream again, resumed
+    before = next(e for e in events if e["type"] == "message")
+    resumed = [r for r in proxy.requests(path) if r.headers.get("last-event-id")]  # cut attempts never got through
+    assert [r.headers["last-event-id"] for r in resumed] == [before["id"]], story
