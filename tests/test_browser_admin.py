@@ -6,10 +6,13 @@ from collections.abc import Callable
 
 import pytest
 from django.contrib.auth.models import User
-from playwright.sync_api import Page
+from django.urls import reverse
+from playwright.sync_api import Page, Request
 
 from bindings.models import Change, Route
+from bindings.services import do_put_guard, do_put_route
 from tests.conftest import unique
+from tests.jwt_keys import guard_fields, token
 from tests.test_browser import in_browser
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -17,21 +20,30 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PASSWORD = "a-long-browser-test-password"
 
 
+def operator() -> str:
+    name = unique("operator")
+    User.objects.create_superuser(name, f"{name}@example.com", PASSWORD)
+    return name
+
+
+def sign_in(page: Page, base_url: str, username: str, then: str) -> None:
+    page.goto(f"{base_url}/admin/login/?next={then}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url("**" + then)
+
+
 def test_a_route_created_in_the_admin_streams_in_its_live_preview(
     daphne_url: str, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]]
 ) -> None:
     topic = new_topic()
-    operator = unique("operator")
-    User.objects.create_superuser(operator, f"{operator}@example.com", PASSWORD)
+    username = operator()
     name = unique("admin-route")
     marker = unique("seen-in-preview")
 
     def scenario(page: Page) -> tuple[str, str, str]:
-        page.goto(daphne_url + "/admin/login/?next=/admin/bindings/route/add/")
-        page.fill("#id_username", operator)
-        page.fill("#id_password", PASSWORD)
-        page.click("input[type=submit]")
-        page.wait_for_url("**/admin/bindings/route/add/")
+        sign_in(page, daphne_url, username, "/admin/bindings/route/add/")
         page.fill("#id_name", name)
         page.fill("#id_topic", topic)
         page.fill("input[name='conditions-0-path']", f"/{name}/{{id}}")
@@ -48,9 +60,55 @@ def test_a_route_created_in_the_admin_streams_in_its_live_preview(
         return snippet, page.inner_text("#preview-events"), page.inner_text("#preview-count")
 
     snippet, events, count = in_browser(scenario)
-    assert f'new EventSource("{daphne_url}/{name}/42")' in snippet
+    assert f'import {{ SseClient }} from "{daphne_url}/static/streams/sse-client.js";' in snippet
+    assert f'new SseClient("{daphne_url}/{name}/42");' in snippet
     assert marker in events
     assert count == "1"
     route = Route.objects.get(name=name)
     assert [c.path for c in route.conditions.all()] == [f"/{name}/{{id}}"]
-    assert Change.objects.filter(kind="route", name=name, actor=operator, source="admin", action="create").exists()
+    assert Change.objects.filter(kind="route", name=name, actor=username, source="admin", action="create").exists()
+
+
+def test_a_guarded_routes_preview_sends_the_token_in_a_header_and_says_why_it_is_refused(
+    daphne_url: str, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]]
+) -> None:
+    topic = new_topic()
+    guard = unique("jwt")
+    do_put_guard(**guard_fields(guard))
+    name = unique("guarded-route")
+    route = do_put_route(name=name, path=f"/{name}", topic=topic, guarded={guard: ["read"]})
+    page_path = reverse("admin:bindings_route_change", args=[route.pk])
+    username = operator()
+    marker, good = unique("seen-with-a-token"), token()
+    state = "document.getElementById('preview-state').textContent"
+
+    def scenario(page: Page) -> tuple[str, str, str, list[tuple[str, str | None]]]:
+        sign_in(page, daphne_url, username, page_path)
+        streams: list[Request] = []
+
+        def record(request: Request) -> None:
+            if request.url.split("?", 1)[0] == f"{daphne_url}/{name}":
+                streams.append(request)
+
+        page.on("request", record)
+        page.fill("#preview-token", "not-a-jwt")
+        page.click("#preview-connect")
+        page.wait_for_function(f"{state}.startsWith('closed (refused')", timeout=10_000)
+        refused = page.inner_text("#preview-state")
+        page.fill("#preview-token", good)
+        page.click("#preview-connect")
+        page.wait_for_function(f"{state} === 'open'", timeout=10_000)
+        produce(topic, marker.encode())
+        page.wait_for_function(
+            "(m) => document.getElementById('preview-events').textContent.includes(m)", arg=marker, timeout=10_000
+        )
+        sent = [(request.url, request.headers.get("authorization")) for request in streams]
+        return refused, page.inner_text("#preview-snippet"), page.inner_text("#preview-events"), sent
+
+    refused, snippet, events, sent = in_browser(scenario)
+    assert refused.startswith("closed (refused 401: "), refused
+    assert marker in events
+    # The token went in a header, never in the URL (nor in the snippet, which shows how to pass a callback).
+    assert sent == [(f"{daphne_url}/{name}", "Bearer not-a-jwt"), (f"{daphne_url}/{name}", f"Bearer {good}")]
+    assert "token: async () => getToken()" in snippet
+    assert good not in snippet
