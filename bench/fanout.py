@@ -291,6 +291,7 @@ class Row:
     p99_ms: float | None = None
     server_cpu: float | None = None
     server_rss_mb: float | None = None
+    worker_rss_mb: float | None = None  # the largest server process's
     loadgen_cpu: float | None = None
     kafka_cpu: float | None = None  # broker + producer
     machine_cpu: float | None = None
@@ -563,6 +564,7 @@ class Scenario:
         pids = self.server_pids()
         rss = [rss_mb(pid) for pid in pids]
         row.server_rss_mb = sum(r for r in rss if r is not None) if any(r is not None for r in rss) else None
+        row.worker_rss_mb = max((r for r in rss if r is not None), default=None)
         row.broker_conns = self.broker_conns()
         health = self.health()
         if health is None:
@@ -792,6 +794,7 @@ def run_storm(opts: Options, n: int, rate: int) -> Row:
         after = sc.sample()
         peak.stop()
         busiest = before.until(after, row)
+        cpu_s = (row.server_cpu or 0.0) * (after.at - before.at)
         time.sleep(1.0)
         report = sc.ask({"cmd": "report"}, 30)
         row.clients = f"{storm['resumed']}/{ready['ready']}"
@@ -810,16 +813,22 @@ def run_storm(opts: Options, n: int, rate: int) -> Row:
             )
             + f"; peak during the storm: {peak.conns} server connections to the broker, "
             f"{peak.consumers} Kafka consumers/readers (/-/health); "
-            f"resume continuity: {report['gaps']} gaps, {report['duplicates']} duplicates"
+            f"resume continuity: {report['gaps']} gaps, {report['duplicates']} duplicates; "
+            f"server CPU during the storm {cpu_s:.1f} s, {cpu_s / max(1, storm['resumed']) * 1000:.2f} ms per resume "
+            "(a figure that depends less than the times on what else the machine runs)"
         )
         sc.fill_server_state(row)
+        row.notes.append(f"RSS of the largest server process after the storm: {fmt_num(row.worker_rss_mb)} MB")
         row.consumers = peak.consumers or row.consumers
         row.broker_conns = max(peak.conns, row.broker_conns or 0)
         no_consumer_per_client = row.broker_conns < max(10, n // 10)
         row.saturated = saturation(row, busiest)
-    row.target = f"all resumed ≤ 10 s; no Kafka consumer per client; RSS ≤ 500 MB; fetch streams = {PARTITIONS}"
+    row.target = (
+        f"all resumed ≤ 10 s; no Kafka consumer per client; RSS ≤ 500 MB per process; fetch streams = {PARTITIONS}"
+    )
     if not row.met:
-        marks = [mark(resumed_ok), mark(no_consumer_per_client), mark(check(row, "rss<=500"))]
+        rss_ok = None if row.worker_rss_mb is None else row.worker_rss_mb <= 500
+        marks = [mark(resumed_ok), mark(no_consumer_per_client), mark(rss_ok)]
         row.met = " ".join([*marks, mark(check(row, f"fetch={PARTITIONS}"))])
     return row
 
