@@ -23,6 +23,7 @@ from streams.cache import Cache
 from streams.deletions import Deletions, forget
 from streams.fetcher import FetchedBatch, Fetcher
 from streams.kafka import Metadata, TopicInfo, Watermarks
+from streams.shared_reads import SharedReads
 from streams.starts import Positions, StartFinder
 from streams.watchdog import StallWatch, Watched
 
@@ -66,6 +67,7 @@ class TopicState:
     fanout: asyncio.TimerHandle | None = None  # a coalesced fan-out already scheduled
     marks: asyncio.Task[dict[int, Watermarks]] | None = None  # the latest watermark lookup
     marks_at: float = float("-inf")
+    reads: SharedReads = field(default_factory=SharedReads)  # catch-up reads of streams in the same position
 
 
 class Hub:
@@ -203,6 +205,7 @@ class Hub:
         """Drop the topics nobody has read for `idle_s`: their partitions, cache windows and state."""
         now = time.monotonic() if now is None else now
         for state in list(self.topics.values()):
+            state.reads.expire(self.loop.time())
             if state.idle_since is not None and not state.subscribers and now - state.idle_since > self._idle_s:
                 forget(self, state.name)
 

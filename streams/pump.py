@@ -91,6 +91,7 @@ class SharedWrites:
 
     flow: Flow | None
     phase: Phase
+    state: TopicState
     injected: bytes
     label: str
     subscription: Subscription
@@ -161,6 +162,12 @@ class SharedWrites:
     def _read_cache(self) -> bytes:
         conflate, self.behind = self.behind, False
         return self.reader.read_cache(conflate=conflate)
+
+    def _read_shared(self) -> bytes:
+        """The task's read: shared with the streams of the topic in the same position (a storm of resumes)."""
+        if self.behind:
+            return self._read_cache()
+        return self.reader.read_shared(self.state.reads, self.label, self.loop.time())
 
 
 class Pump(SharedWrites):
@@ -252,7 +259,7 @@ class Pump(SharedWrites):
             before = self.subscription.delivered
             history = b"" if self.behind else await self.reader.read_history()
             self.replayed += self.subscription.delivered - before
-            data = history + self._read_cache()
+            data = history + self._read_shared()
             if self.injected:
                 data, self.injected = self.injected + data, b""
             if self.keepalive_due and not data:

@@ -16,6 +16,7 @@ from streams.cache import Cache
 from streams.consumer_host import ConsumerLost
 from streams.hub import TopicState
 from streams.kafka import HistoricalReader, Record
+from streams.shared_reads import Read, SharedReads
 from streams.subscription import Subscription
 
 HISTORY_POLL_S = 0.05
@@ -64,6 +65,34 @@ class StreamReader:
         """Stand where `other`, in the same position a moment ago, stands after its read."""
         self.cursors = dict(other.cursors)
         self.subscription.adopt(other.subscription, delivered)
+
+    def shared_key(self) -> tuple[object, ...] | None:
+        """What a read from here depends on besides the route (streams/shared_reads.py), or None when it depends on
+        more: the history is being read, or the subscription holds records back."""
+        if self.history is not None or self.backlog or not self.subscription.settled:
+            return None
+        return (self.subscription.options, tuple(self.cursors.items()), tuple(self.subscription.progress.items()))
+
+    def read_shared(self, reads: SharedReads, label: str, now: float) -> bytes:
+        """`read_cache`, taken from a stream of the topic that read from the same position a moment ago, if one
+        did; else read, and kept for those that come next."""
+        position = self.shared_key()
+        if position is None:
+            return self.read_cache()
+        key = (label, *position)
+        read = reads.get(key, now)
+        if read is not None:
+            self.cursors = dict(read.cursors)
+            self.subscription.take(read.position, read.delivered, read.batch)
+            return read.data
+        subscription = self.subscription
+        before, logged = subscription.delivered, subscription.batch_length()
+        data = self.read_cache()
+        if data:
+            batch = tuple(subscription.batch[logged:]) if subscription.batch is not None else ()
+            read = Read(now, data, dict(self.cursors), subscription.position(), subscription.delivered - before, batch)
+            reads.put(key, read)
+        return data
 
     def read_cache(self, *, conflate: bool = False) -> bytes:
         """The next chunk from the windows, as SSE bytes. `conflate`: everything the windows hold, only the

@@ -22,6 +22,15 @@ CAUGHT_UP = b"caught-up"
 
 
 @dataclass(frozen=True)
+class Position:
+    """Where a subscription stands: its progress, and the encoded form the next event id is built from."""
+
+    progress: dict[int, int]
+    parts: dict[int, bytes]
+    text: bytes | None
+
+
+@dataclass(frozen=True)
 class SubscriptionOptions:
     filters: tuple[CompiledFilter, ...] = ()
     key_form: bool = False  # ids as ["<base64 key>","<etag id>"]
@@ -64,10 +73,23 @@ class Subscription:
 
     def adopt(self, leader: Subscription, delivered: int) -> None:
         """Take the state of a settled subscription that just fed what this one would have been fed."""
-        self.progress = dict(leader.progress)
-        self._parts = dict(leader._parts)
-        self._text = leader._text
+        self.take(leader.position(), delivered)
+
+    def position(self) -> Position:
+        return Position(dict(self.progress), dict(self._parts), self._text)
+
+    def take(self, position: Position, delivered: int, batch: Iterable[tuple[Record, int]] = ()) -> None:
+        """Stand at `position`, reached by feeding what this one would have been fed: `delivered` events, each of
+        `batch` (logged when batches are kept)."""
+        self.progress = dict(position.progress)
+        self._parts = dict(position.parts)
+        self._text = position.text
         self.delivered += delivered
+        if self.batch is not None:
+            self.batch.extend(batch)
+
+    def batch_length(self) -> int:
+        return 0 if self.batch is None else len(self.batch)
 
     def take_batch(self) -> list[tuple[Record, int]]:
         """The records delivered since the last call, each with the bytes its event took; empty if not kept."""

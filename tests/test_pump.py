@@ -10,6 +10,8 @@ from streams import sse
 from streams.filters import compile_filters
 from streams.kafka import ReaderStats
 from streams.pump import Phase
+from streams.shared_reads import Read, SharedReads
+from streams.subscription import Position
 from tests.conftest import wait_until
 from tests.inprocess import LoopThread, OpenStream
 from tests.test_hub_lifecycle import running_hub
@@ -128,3 +130,51 @@ def count_feeds(streams: list[OpenStream]) -> dict[int, int]:
 
         subscription.feed = feed  # type: ignore[method-assign]
     return counts
+
+
+def test_streams_resuming_from_the_same_id_share_their_catch_up_reads(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    """A reconnect storm: many clients resume from one Last-Event-ID. The first reads and encodes what they
+    missed; the others take that read, bytes, position and all, and every one goes on alike."""
+    topic = new_topic()
+    with running_hub(loop_thread) as (hub, streams):
+        live = streams(topic, start=LIVE)
+        produce(topic, b"0")
+        wait_until(lambda: live.values == ["0"])
+        resume_from = live.last_id
+        for index in range(1, 6):
+            produce(topic, b"%d" % index)
+        wait_until(lambda: len(live.values) == 6)
+        reads = hub.topics[topic].reads
+        assert len(reads) == 0  # the live stream was written to by the fan-out, not by catch-up reads
+        resumed = [streams(topic, last_event_id=resume_from) for _ in range(5)]
+        wait_until(lambda: all(stream.values == ["1", "2", "3", "4", "5"] for stream in resumed))
+        assert {tuple(e.id for e in stream.events) for stream in resumed} == {tuple(e.id for e in live.events[1:])}
+        assert reads.hits == 4  # the first read, the other four took it
+        assert all(stream.pump.subscription.delivered == 5 for stream in resumed)
+        produce(topic, b"6")  # and each goes on from where the shared read left it
+        wait_until(lambda: all(stream.values[-1] == "6" and len(stream.values) == 6 for stream in resumed))
+        assert {stream.last_id for stream in resumed} == {live.last_id}
+
+
+def test_a_kept_read_expires_and_the_reads_stay_within_their_budget() -> None:
+    reads = SharedReads(max_bytes=1000, keep_s=10.0)
+    position = Position({0: 1}, {0: b"\x00\x02"}, None)
+
+    def read(at: float, size: int) -> Read:
+        return Read(at, b"x" * size, {0: 1}, position, 1, ())
+
+    reads.put("a", read(0.0, 400))
+    reads.put("b", read(1.0, 400))
+    assert reads.get("a", 5.0) is not None
+    reads.put("c", read(2.0, 400))  # over budget: the oldest goes
+    assert reads.get("a", 5.0) is None
+    assert reads.get("b", 5.0) is not None
+    assert reads.bytes == 800
+    assert reads.get("b", 11.5) is None  # older than keep_s: not given out
+    reads.expire(11.5)
+    assert len(reads) == 1  # "c" (read at 2.0) is still fresh
+    assert reads.bytes == 400
+    reads.put("d", read(20.0, 2000))  # bigger than the whole budget: not kept
+    assert reads.get("d", 20.0) is None
