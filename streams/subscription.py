@@ -73,7 +73,10 @@ class Subscription:
 
     def adopt(self, leader: Subscription, delivered: int) -> None:
         """Take the state of a settled subscription that just fed what this one would have been fed."""
-        self.take(leader.position(), delivered)
+        self.progress = dict(leader.progress)
+        self._parts = dict(leader._parts)
+        self._text = leader._text
+        self.delivered += delivered
 
     def position(self) -> Position:
         return Position(dict(self.progress), dict(self._parts), self._text)
