@@ -2,8 +2,8 @@
 
 Export: each path pattern of a route is a channel (its `{name}` segments are channel parameters) with one
 `receive` operation, written from the client's side: what a browser subscribing to the address receives. The
-messages are the SSE events a stream sends (`event`, `delete`, `reset`, and `caught-up` / `challenge` where the
-route has them), each with the `id:` it carries; a guarded route's operation refers to an http bearer (JWT)
+messages are the SSE events a stream sends (`event`, `delete`, `reset`, and `caught-up` / `challenge` / `revoked`
+where the route has them), each with the `id:` it carries; a guarded route's operation refers to an http bearer (JWT)
 security scheme per guard and names the roles in its description (AsyncAPI 3.0 allows `scopes` only on oauth2 and
 openIdConnect schemes). Everything a route is made of that AsyncAPI has no word for (topic, filters, event-id
 form, start, slow-client policy, guards and roles) is under the channel's `x-sse-kafka`, and the guards and

@@ -28,6 +28,11 @@ from bindings.models import (
 from bindings.patterns import parse_path
 from bindings.representations import endpoint_representation, guard_representation, route_representation
 
+# The problem a revoked token is refused with, as the data plane sends it (docs/contract.md §6); the control plane
+# cannot import the data plane, so a test holds the two equal.
+REVOKED_PROBLEM_TYPE = "urn:sse-kafka-platform:problem:token-revoked"
+REVOKED_PROBLEM_TITLE = "Token revoked"
+
 
 def export_asyncapi(server_url: str, *, title: str = "SSE over Kafka", version: str = "1.0.0") -> dict[str, Any]:
     """The AsyncAPI 3.0 document of every route, served at `server_url` (scheme://host[:port][/path]).
@@ -59,7 +64,7 @@ def export_asyncapi(server_url: str, *, title: str = "SSE over Kafka", version: 
             "slow-client": route.slow_client,
             "guarded": guarded,
         }
-        messages = _messages(route.event_id, caught_up=route.caught_up, challenge=challenge)
+        messages = _messages(route.event_id, caught_up=route.caught_up, guarded=bool(guarded), challenge=challenge)
         for index, condition in enumerate(route.conditions.all()):
             channel_id = _unique(route.name if index == 0 else f"{route.name}-{index}", channels)
             params = sorted(parse_path(condition.path).params)
@@ -155,7 +160,7 @@ def _sse_fields(event: str | None, event_id: str) -> dict[str, Any]:
     }
 
 
-def _messages(event_id: str, *, caught_up: bool, challenge: bool) -> dict[str, Any]:
+def _messages(event_id: str, *, caught_up: bool, guarded: bool, challenge: bool) -> dict[str, Any]:
     messages: dict[str, Any] = {
         "event": {
             "name": "event",
@@ -233,7 +238,34 @@ def _messages(event_id: str, *, caught_up: bool, challenge: bool) -> dict[str, A
                 "properties": {"method": {"const": "POST"}, "headers": {"type": "object"}},
             },
         }
+    if guarded:
+        messages["revoked"] = _revoked_message()
     return messages
+
+
+def _revoked_message() -> dict[str, Any]:
+    """The last event of a guarded stream whose token an operator revoked (docs/contract.md §6)."""
+    return {
+        "name": "revoked",
+        "title": "The token was revoked",
+        "summary": (
+            "`event:revoked`, last: an operator revoked the token or its identity and the stream closes. Do not "
+            "reconnect with the same token (the request is refused with this problem as a 401): sign in again."
+        ),
+        "contentType": "application/problem+json",
+        "headers": {"type": "object", "properties": {"event": {"type": "string", "const": "revoked"}}},
+        "payload": {
+            "type": "object",
+            "description": "An RFC 9457 problem, the body a new request with the same token is refused with.",
+            "required": ["type", "title", "status", "detail"],
+            "properties": {
+                "type": {"const": REVOKED_PROBLEM_TYPE},
+                "title": {"const": REVOKED_PROBLEM_TITLE},
+                "status": {"const": 401},
+                "detail": {"type": "string"},
+            },
+        },
+    }
 
 
 def _query(*, guarded: bool) -> dict[str, Any]:
@@ -254,7 +286,8 @@ def _guards_description(guarded: Mapping[str, list[str]]) -> str:
     return (
         "Guarded: every one of these guards must authorise the token, with all the roles listed: "
         + "; ".join(parts)
-        + ". No or an invalid token: 401; a valid token without the roles: 403."
+        + ". No or an invalid token: 401; a revoked token: 401 with problem type "
+        + f"`{REVOKED_PROBLEM_TYPE}`; a valid token without the roles: 403."
     )
 
 

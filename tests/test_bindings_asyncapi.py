@@ -27,6 +27,7 @@ from bindings.permissions import api_readers, grant_api_writer
 from bindings.representations import endpoint_representation, guard_representation, route_representation
 from bindings.selectors import EVENT_ID_KEY_AND_ETAG
 from bindings.services import do_put_endpoint, do_put_guard, do_put_route
+from streams.revocations import REVOKED_EVENT
 from tests.jwt_keys import guard_fields, private_key, public_jwk
 
 with warnings.catch_warnings():  # asyncapi3 0.0.2 names a pydantic field `schema`, which pydantic warns about
@@ -125,7 +126,7 @@ def test_messages_say_what_a_stream_sends_and_how_ids_resume() -> None:
     channels = export_asyncapi("https://sse.example.com")["channels"]
     assert list(channels["items"]["messages"]) == ["event", "delete", "reset"]  # no caught-up, no guard
     assert list(channels["orders"]["messages"]) == ["event", "delete", "reset", "caught-up"]
-    assert list(channels["mine"]["messages"]) == ["event", "delete", "reset", "challenge"]  # the guard challenges
+    assert list(channels["mine"]["messages"]) == ["event", "delete", "reset", "challenge", "revoked"]  # guarded
     for message in ("delete", "reset", "caught-up"):
         assert channels["orders"]["messages"][message]["headers"]["properties"]["event"]["const"] == message
     items_id = channels["items"]["messages"]["event"]["headers"]["properties"]["id"]["description"]
@@ -149,6 +150,33 @@ def test_a_guarded_route_refers_to_a_bearer_jwt_scheme_and_names_its_roles() -> 
     assert "`read:items`, `read:mine`" in mine["description"]
     assert "access_token" in mine["bindings"]["http"]["query"]["properties"]
     assert "security" not in document["operations"]["receive-items"]
+
+
+def test_a_guarded_route_may_end_with_revoked_described_as_the_server_sends_it() -> None:
+    do_put_guard(**guard_fields("plain"))  # no challenge: revoked is listed on its own
+    do_put_route(name="open", path="/open", topic="t")
+    do_put_route(name="guarded", path="/guarded", topic="t", guarded={"plain": ["read"]}, position=1)
+    document = export_asyncapi("https://sse.example.com")
+    validate(document)
+    channels = document["channels"]
+    assert list(channels["open"]["messages"]) == ["event", "delete", "reset"]  # no token, nothing to revoke
+    assert list(channels["guarded"]["messages"]) == ["event", "delete", "reset", "revoked"]
+    operation = document["operations"]["receive-guarded"]
+    assert {"$ref": "#/channels/guarded/messages/revoked"} in operation["messages"]
+    assert "urn:sse-kafka-platform:problem:token-revoked" in operation["description"]
+    revoked = channels["guarded"]["messages"]["revoked"]
+    assert revoked["headers"]["properties"]["event"]["const"] == "revoked"
+    # The data plane's bytes, field for field: the event's name, then a problem every member of which is described.
+    head, _, data = REVOKED_EVENT.partition(b"\ndata:")
+    assert head == b"event:revoked"
+    sent = json.loads(data)
+    payload = revoked["payload"]
+    assert sorted(payload["required"]) == sorted(sent)
+    assert {name: schema["const"] for name, schema in payload["properties"].items() if "const" in schema} == {
+        "type": sent["type"], "title": sent["title"], "status": sent["status"],
+    }  # fmt: skip
+    assert payload["properties"]["detail"] == {"type": "string"}
+    assert isinstance(sent["detail"], str)
 
 
 def test_a_route_whose_name_is_another_routes_second_channel_gets_its_own_channel() -> None:

@@ -17,13 +17,17 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
+from django.utils import timezone
 from playwright.sync_api import Page, Request
+from rest_framework.authtoken.models import Token
 
 from bindings.services import do_put_endpoint, do_put_guard, do_put_route
 from streams.event_id import encode_progress
@@ -46,7 +50,7 @@ OPEN_CLIENT = """async ({ client, path, options, tokenFromTest }) => {
   const report = (entry) => window.seen.push({ client: index, ...entry });
   const problem = (error) => error && { status: error.status, title: error.title, detail: error.detail,
     problemType: error.type, retryable: error.retryable };
-  for (const type of ["open", "message", "delete", "reset", "caught-up", "challenge"]) {
+  for (const type of ["open", "message", "delete", "reset", "caught-up", "challenge", "revoked"]) {
     made.addEventListener(type, (e) => report({ type, data: e.data ?? null, id: e.lastEventId ?? null }));
   }
   made.addEventListener("reconnecting", (e) => report({ type: "reconnecting", attempt: e.detail.attempt,
@@ -441,3 +445,81 @@ def test_a_dropped_connection_is_retried_after_growing_jittered_delays_then_resu
     before = next(e for e in events if e["type"] == "message")
     resumed = [r for r in proxy.requests(path) if r.headers.get("last-event-id")]  # cut attempts never got through
     assert [r.headers["last-event-id"] for r in resumed] == [before["id"]], story
+
+
+@pytest.mark.parametrize("case", [("identity", "fetch"), ("jti", "fetch"), ("identity", "eventsource")], ids="-".join)
+def test_a_revoked_token_stops_the_client_for_good_and_a_new_client_is_refused_at_once(
+    server: DaphneServer,
+    proxy: RecordingProxy,
+    new_topic: Callable[..., str],
+    produce: Callable[..., tuple[int, int]],
+    case: tuple[str, str],
+) -> None:
+    revoke, transport = case  # what is revoked; how the client reads
+    topic = new_topic()
+    guard = unique("jwt")
+    do_put_guard(**guard_fields(guard))
+    endpoint = unique("fast-retry")
+    do_put_endpoint(name=endpoint, retry_ms=100)  # a client that wrongly reconnected would do so within 100 ms
+    path = "/" + unique("revoked")
+    do_put_route(name=path[1:], path=path, topic=topic, endpoint=endpoint, guarded={guard: ["read"]})
+    who, jti = unique("user"), unique("jti")
+    bearer = token(who, jti=jti)
+    # With no token option the client uses EventSource: the token then travels in the contract's query parameter.
+    url, options = (path, {"token": bearer}) if transport == "fetch" else (f"{path}?access_token={bearer}", {})
+    operator = User.objects.create_superuser(unique("root"), "root@example.com", "a-long-test-password")
+    api_key = Token.objects.create(user=operator).key
+    until = (timezone.now() + timedelta(hours=1)).isoformat()
+    revocation = {
+        "guard": guard,
+        "until": until,
+        "reason": "a stolen laptop",
+        revoke: who if revoke == "identity" else jti,
+    }
+
+    def scenario(page: Page) -> tuple[list[dict[str, Any]], int]:
+        page.goto(proxy.url + CLIENT)
+        opened = {"client": CLIENT, "path": url, "options": options, "tokenFromTest": False}
+        assert page.evaluate(OPEN_CLIENT, opened) == transport
+        page.wait_for_function(seen("open"), timeout=10_000)
+        produce(topic, b"before")
+        page.wait_for_function(seen("message"), timeout=10_000)
+        made = httpx.post(
+            server.url + "/api/v1/revocations/",
+            json=revocation,
+            headers={"authorization": f"Token {api_key}"},
+            timeout=10,
+        )
+        assert made.status_code == 201, made.text
+        page.wait_for_function(seen("error"), timeout=5_000)  # the contract's bound (docs/contract.md §6)
+        page.wait_for_timeout(1_000)  # ten times the retry delay: a reconnection would have been made by now
+        before_fresh = len(proxy.requests(path))
+        page.evaluate(OPEN_CLIENT, opened)
+        page.wait_for_function(seen("error", 2), timeout=10_000)
+        return reports(page), before_fresh
+
+    events, before_fresh = in_browser(scenario)
+    story = json.dumps(events, indent=1)
+    refused = httpx.get(server.url + path, headers={"authorization": f"Bearer {bearer}"}, timeout=5)
+    assert refused.status_code == 401
+    problem = refused.json()
+    assert (problem["type"], problem["title"]) == ("urn:sse-kafka-platform:problem:token-revoked", "Token revoked")
+    expected = {
+        "type": "error", "readyState": 2, "retryable": False, "status": 401,
+        "title": problem["title"], "detail": problem["detail"], "problemType": problem["type"],
+    }  # fmt: skip
+
+    first = [e for e in events if e["client"] == 0]
+    assert [e["type"] for e in first] == ["open", "message", "revoked", "error"], story
+    assert json.loads(first[2]["data"]) == {
+        "type": problem["type"], "title": problem["title"], "status": 401, "detail": problem["detail"],
+    }, story  # fmt: skip
+    assert first[3] == {"client": 0, **expected}, story  # the event's problem, not retried
+    # The fresh client with the same token: refused on its first request, with the same problem.
+    assert [e for e in events if e["client"] == 1] == [{"client": 1, **expected}], story
+
+    sent = [r for r in proxy.requests(path) if r.method == "GET"]
+    assert before_fresh == 1, sent  # nothing after the revoked stream: no reconnection
+    # The fresh client's one request; EventSource does not say why it was refused, so the client asks once more.
+    assert len(sent) == (2 if transport == "fetch" else 3), sent
+    wait_until(lambda: stream_ends(server, path)[:1] == ["revoked"])

@@ -39,7 +39,7 @@ export declare class SseError extends Error {
   readonly problem: Record<string, unknown> | null;
   /** The server's `retry-after`, in ms, or null. */
   readonly retryAfterMs: number | null;
-  /** Whether the client tries again after it (network errors, 408, 429, 500, 502, 503, 504). */
+  /** Whether the client tries again after it (network errors, 408, 429, 500, 502, 503, 504; never a revocation). */
   readonly retryable: boolean;
 }
 
@@ -58,7 +58,7 @@ export interface RenewalDetail {
   error: SseError | null;
 }
 
-/** The final error: the client is closed. */
+/** The final error: the client is closed (a refusal, a revoked token, a token callback that gave none). */
 export interface SseErrorEvent extends ErrorEvent {
   readonly error: SseError;
 }
@@ -73,6 +73,11 @@ export interface SseClientEventMap {
   "caught-up": MessageEvent<string>;
   /** The client answers it itself; a `renewal` event follows. */
   challenge: MessageEvent<string>;
+  /**
+   * The token was revoked and the server ended the stream: `data` is the problem JSON
+   * ({"type","title","status","detail"}). The client stops: an `error` follows, whose SseError carries those fields.
+   */
+  revoked: MessageEvent<string>;
   reconnecting: CustomEvent<ReconnectingDetail>;
   renewal: CustomEvent<RenewalDetail>;
   error: SseErrorEvent;

@@ -4,7 +4,7 @@
 // EventSource cannot send headers, so a guarded stream is read with fetch and a streaming body: the token goes in
 // `authorization`, never in the URL. Unguarded streams use EventSource itself. Either way the client resumes from
 // the last event id (docs/contract.md §4), answers `challenge` events with a token from the page (§6), and stops
-// with the server's problem fields when a stream is refused for good (§2).
+// with the server's problem fields when a stream is refused for good (§2) or its token is revoked (§6).
 
 import { SseParser } from "./sse-parser.js";
 
@@ -14,12 +14,14 @@ const CONNECTING = 0;
 const OPEN = 1;
 const CLOSED = 2;
 // What the platform sends (docs/contract.md §3, §7); EventSource mode relays these and any type a page listens to.
-const SERVER_EVENTS = ["message", "delete", "reset", "caught-up", "challenge"];
+const SERVER_EVENTS = ["message", "delete", "reset", "caught-up", "challenge", "revoked"];
 const CLIENT_EVENTS = new Set(["open", "error", "reconnecting", "renewal"]);
 const CHALLENGE_ANSWER = { method: "POST", headers: { "content-type": "application/x-challenge-response" } };
 // Refusals worth another attempt: the server or something before it is busy or unwell. Any other status is final,
 // as it is for EventSource (a 404 for a deleted topic, a 401 or 403 for a token).
 const RETRY_STATUSES = new Set([408, 429, 500, 502, 503, 504]);
+// What `event: revoked` carries (docs/contract.md §6); the defaults when its data is not the platform's JSON.
+const REVOKED = { type: "urn:sse-kafka-platform:problem:token-revoked", title: "Token revoked", status: 401 };
 
 /** A refusal or a failure: the status and the fields of the RFC 9457 problem body the platform answers with. */
 export class SseError extends Error {
@@ -168,6 +170,7 @@ export class SseClient extends EventTarget {
     this.#lastEventId = lastEventId;
     this.dispatchEvent(new MessageEvent(type, { data, lastEventId, origin: new URL(this.#url).origin }));
     if (type === "challenge") this.#renew(data);
+    else if (type === "revoked") this.#fail(revocation(data));
   }
 
   /** Answer a challenge (docs/contract.md §6): the request it describes, with a new token from the page. */
@@ -239,6 +242,7 @@ export class SseClient extends EventTarget {
     this.#lastEventId = event.lastEventId;
     const { data, lastEventId, origin } = event;
     this.dispatchEvent(new MessageEvent(event.type, { data, lastEventId, origin }));
+    if (event.type === "revoked") this.#fail(revocation(data)); // before the browser reconnects into the 401
   };
 
   /** EventSource hides why it gave up: ask once with fetch, then stop with the problem or try again later. */
@@ -348,6 +352,28 @@ async function refusal(response) {
     type: text(problem?.type) || "about:blank",
     problem,
     retryAfterMs: retryAfter(response.headers.get("retry-after")),
+  });
+}
+
+/**
+ * The final error of `event: revoked`: the token was revoked (docs/contract.md §6). Another request would only be
+ * refused with the same 401, so it is not retried.
+ */
+function revocation(data) {
+  let problem = null;
+  try {
+    const body = JSON.parse(data);
+    if (body !== null && typeof body === "object" && !Array.isArray(body)) problem = body;
+  } catch {
+    // not the platform's JSON: the contract's fields stand in
+  }
+  const text = (value, fallback) => (typeof value === "string" && value !== "" ? value : fallback);
+  return new SseError(text(problem?.title, REVOKED.title), {
+    status: Number.isInteger(problem?.status) ? problem.status : REVOKED.status,
+    detail: text(problem?.detail, ""),
+    type: text(problem?.type, REVOKED.type),
+    problem,
+    retryable: false,
   });
 }
 
