@@ -156,8 +156,9 @@ def children(pid: int) -> set[int]:
     return found
 
 
-def start_web(port: int, **env: str) -> subprocess.Popen[bytes]:
-    environment = {
+def web_environment(port: int, **env: str) -> dict[str, str]:
+    """The environment platform/web.py runs with in tests: the test services, `port`, two workers, `env`."""
+    return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.test",
         "DATABASE_URL": url_of_test_database(),
@@ -165,9 +166,14 @@ def start_web(port: int, **env: str) -> subprocess.Popen[bytes]:
         "KAFKA_BOOTSTRAP_SERVERS": settings.KAFKA.bootstrap_servers,
         "WEB_HOST": HOST,
         "WEB_PORT": str(port),
+        "WEB_TLS_PORT": str(free_port()),  # not the default 8443, which another run may hold
         "WEB_PROCESSES": "2",
         **env,
     }
+
+
+def start_web(port: int, **env: str) -> subprocess.Popen[bytes]:
+    environment = web_environment(port, **env)
     with (VAR / "test-web-supervisor.log").open("ab") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(
             [sys.executable, "platform/web.py"], cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT
@@ -175,11 +181,14 @@ def start_web(port: int, **env: str) -> subprocess.Popen[bytes]:
 
 
 def web_started(**env: str) -> tuple[subprocess.Popen[bytes], int]:
-    """platform/web.py on a free port, once its two workers run and answer."""
+    """platform/web.py on a free port, once its workers (two unless `WEB_PROCESSES` says) run and answer."""
     port = free_port()
     process = start_web(port, **env)
+    workers = int(env.get("WEB_PROCESSES", "2"))
     try:
-        _wait_for("platform/web.py's workers", lambda: len(children(process.pid)) == 2 and healthy(port), timeout=60)
+        _wait_for(
+            "platform/web.py's workers", lambda: len(children(process.pid)) == workers and healthy(port), timeout=60
+        )
     except BaseException:
         stop_web(process)
         raise
