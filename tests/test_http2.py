@@ -23,6 +23,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.conftest import unique, wait_until
 from tests.h2client import H2Client, Pumping, tls_context
+from tests.rawsse import RawStream
 from tests.servers import HOST, ROOT, VAR, children, free_port, stop_web, web_environment, web_started
 from tests.test_zilla_scenarios import Produce, route
 
@@ -251,3 +252,23 @@ def test_a_connection_that_stops_reading_holds_bounded_memory_whatever_window_it
         # prefetch queues (1 MiB) and one fetch (1 MiB) each; per stream 64 KiB queued and one write (256 KiB);
         # with slack. Queues bounded by the client's window alone would hold all 4 x 19 MiB.
         assert grown < 24 * MiB, f"RSS grew {grown / MiB:.1f} MiB"
+
+
+def test_a_stalled_client_over_https_with_http1_is_closed_with_memory_bounded(
+    new_topic: Callable[..., str], produce: Produce
+) -> None:
+    """A client that offers no HTTP/2 gets HTTP/1.1 over TLS, and the flow control of plain HTTP/1.1."""
+    with web_with_https(**SMALL_BUFFERS) as web:
+        topic = new_topic()
+        stalled = RawStream(web.tls_port, route(topic), rcvbuf=4096, tls=tls_context(["http/1.1"]))
+        try:
+            wait_until(lambda: web.health()["streams"] == 1)
+            before = web.rss()
+            for index in range(1200):  # 38 MiB
+                produce(topic, value(index, 32 * 1024))
+            wait_until(lambda: web.health()["closed_slow"] == 1, timeout=30)
+            grown = web.rss() - before
+        finally:
+            stalled.close()
+        # The bound of the stalled HTTP/2 stream above; TLS adds its own buffers per connection, not per event.
+        assert grown < 16 * MiB, f"RSS grew {grown / MiB:.1f} MiB"
