@@ -47,7 +47,7 @@ STREAM_BUFFER = 64 * 1024  # as on HTTP/1.1, where Twisted pauses a response pas
 DRAIN_POLL_S = 0.02  # how often a paused stream looks whether it may resume (`StreamFlow._recheck`)
 # ...and, over HTTP/2, the ones `StreamFlow` reads.
 STREAM_INTERNALS = ("_conn", "streamID")
-CONNECTION_INTERNALS = ("_outboundStreamQueues",)
+CONNECTION_INTERNALS = ("_outboundStreamQueues", "_sendingDeferred", "priority", "conn", "streams")
 
 
 @implementer(IPushProducer)
@@ -141,6 +141,7 @@ class StreamFlow(Flow):
         self.stream: Any = request.channel
         self._blocked = False  # Twisted paused us: the peer's flow-control window is used up
         self._backlogged = False  # more than STREAM_BUFFER bytes of ours wait to be sent
+        self._parked = False  # taken out of Twisted's send loop while it has bytes queued and no window
         self._poll: asyncio.TimerHandle | None = None
         # H2Stream never calls stopProducing on its producer when the stream or its connection ends.
         request.notifyFinish().addBoth(self._finished)
@@ -165,11 +166,13 @@ class StreamFlow(Flow):
             return
         if self._blocked or self._backlogged:
             super().pauseProducing()
+        else:
+            super().resumeProducing()
+        if self._blocked or self._backlogged or self._parked:
             if self._poll is None:
                 self._poll = asyncio.get_running_loop().call_later(DRAIN_POLL_S, self._recheck)
         else:
             self._cancel_poll()
-            super().resumeProducing()
 
     def write(self, data: bytes) -> None:
         if self.closed or not data or self.request._disconnected:
@@ -197,9 +200,34 @@ class StreamFlow(Flow):
             return
         if self._backlogged and not self.queued():
             self._backlogged = False
+        with contextlib.suppress(H2Error, KeyError):
+            self._park_or_unpark()
         if self._blocked:
             self.stream.windowUpdated()  # calls resumeProducing (so _sync) when the window has room
         self._sync()
+
+    def _park_or_unpark(self) -> None:
+        """Twisted's send loop keeps taking a stream that has bytes queued and no window left, finds nothing it may
+        send, and turns over at once: a busy loop (measured: 60% of a core) for as long as the client keeps the
+        window shut. Take such a stream out of the loop's turns, and back in once its window has room, waking the
+        loop if it found nothing else to send and waits (as Twisted does when a stream writes)."""
+        connection, stream_id = self.stream._conn, self.stream.streamID
+        if stream_id not in connection.streams:
+            return
+        window = connection.conn.local_flow_control_window(stream_id)
+        if not self._parked:
+            if window <= 0 and self.queued():
+                connection.priority.block(stream_id)
+                self._parked = True
+            return
+        if window <= 0:
+            return
+        self._parked = False
+        if connection._outboundStreamQueues.get(stream_id):  # an empty queue in the loop's turns would break it
+            connection.priority.unblock(stream_id)
+            waiting, connection._sendingDeferred = connection._sendingDeferred, None
+            if waiting is not None:
+                waiting.callback(stream_id)
 
     def _cancel_poll(self) -> None:
         if self._poll is not None:

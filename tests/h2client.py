@@ -50,6 +50,7 @@ class H2Client:
         self.status: dict[int, int] = {}
         self._pending: dict[int, bytes] = {}  # per stream, what follows its last complete event
         self._events: dict[int, list[Event]] = {}
+        self.received: dict[int, int] = {}  # flow-controlled bytes, per stream
         self.reset: set[int] = set()
         self.ended: set[int] = set()
         self.stalled: set[int] = set()
@@ -101,6 +102,7 @@ class H2Client:
             elif isinstance(event, h2.events.DataReceived):
                 self._received(event.stream_id, event.data)
                 size = event.flow_controlled_length
+                self.received[event.stream_id] = self.received.get(event.stream_id, 0) + size
                 if event.stream_id in self.stalled:
                     self.conn.increment_flow_control_window(size)  # the connection's window only
                 else:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from bindings.selectors import SLOW_CLIENT_CONFLATE
 from tests.conftest import unique, wait_until
 from tests.h2client import H2Client, Pumping, tls_context
 from tests.rawsse import RawStream
@@ -226,6 +229,39 @@ def test_a_stalled_http2_stream_is_reset_while_the_others_on_its_connection_keep
         # with its prefetch queue (1 MiB) and one fetch (1 MiB); per stream 64 KiB queued and one write (256 KiB);
         # with slack. Stock daphne would queue all 38 MiB for the stalled stream.
         assert grown < 16 * MiB, f"RSS grew {grown / MiB:.1f} MiB"
+
+
+def test_a_stream_that_stays_stalled_costs_no_busy_loop(new_topic: Callable[..., str], produce: Produce) -> None:
+    """A conflating route never closes a stalled client. Twisted's send loop would keep taking its stream, which
+    has bytes queued and no window, and turn over at once (measured: 3.1 s of CPU in 5 s); `StreamFlow` takes
+    it out of the loop's turns until its window opens."""
+    with web_with_https(**SMALL_BUFFERS) as web:
+        topic = new_topic()
+        client = H2Client(web.tls_port)
+        stalled = client.get(route(topic, slow_client=SLOW_CLIENT_CONFLATE))
+        client.stall(stalled)
+        pumping = Pumping(client)
+        try:
+            wait_until(lambda: web.health()["streams"] == 1)
+            for index in range(40):  # 1.3 MiB, 3 keys: more than its window
+                produce(topic, value(index, 32 * 1024), key=str(index % 3).encode())
+            wait_until(lambda: client.received.get(stalled) == 65535, timeout=20)  # its window is used up
+            (worker,) = children(web.process.pid)
+            before = cpu_seconds(worker)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:  # five seconds of the stall, the stream open all along
+                assert web.health()["streams"] == 1
+                time.sleep(0.5)
+            spent = cpu_seconds(worker) - before
+        finally:
+            pumping.stop()
+            client.close()
+        assert spent < 1.0, f"{spent:.2f} s of CPU in 5 s"
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_a_connection_that_stops_reading_holds_bounded_memory_whatever_window_it_offers(
