@@ -276,6 +276,8 @@ def main() -> int:
         extra = shlex.split(envstr("WEB_DAPHNE_ARGS", ""))
     except ValueError as exc:
         sys.exit(f"web: WEB_DAPHNE_ARGS cannot be split: {exc}")
+    if https_port is not None and https_port == port != 0:
+        sys.exit(f"web: WEB_TLS_PORT and WEB_PORT are both {port}; HTTPS needs a port of its own (or WEB_TLS_PORT=off)")
     https = None
     if https_port is not None:
         cert, key = certificate(host)

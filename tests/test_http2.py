@@ -144,7 +144,7 @@ def test_the_users_certificate_and_key_are_served(tmp_path: Path) -> None:
         assert served_certificate(web.tls_port) == x509.load_pem_x509_certificate(cert.read_bytes())
 
 
-def _bad_pairs(tmp: Path) -> dict[str, tuple[dict[str, str], str]]:
+def _bad_settings(tmp: Path) -> dict[str, tuple[dict[str, str], str]]:
     cert, key = make_pair(tmp, "one")
     _other_cert, other_key = make_pair(tmp, "other")
     garbage = tmp / "garbage.pem"
@@ -156,12 +156,13 @@ def _bad_pairs(tmp: Path) -> dict[str, tuple[dict[str, str], str]]:
         "not-a-key": ({"WEB_TLS_CERT": str(cert), "WEB_TLS_KEY": str(cert)}, f"WEB_TLS_KEY={cert}: holds no"),
         "other-key": ({"WEB_TLS_CERT": str(cert), "WEB_TLS_KEY": str(other_key)}, "is not the private key of"),
         "cert-only": ({"WEB_TLS_CERT": str(cert)}, "set both WEB_TLS_CERT and WEB_TLS_KEY, or neither"),
+        "same-port": ({"WEB_PORT": "18443", "WEB_TLS_PORT": "18443"}, "WEB_TLS_PORT and WEB_PORT are both 18443"),
     }
 
 
-@pytest.mark.parametrize("case", ["missing", "garbage", "not-a-key", "other-key", "cert-only"])
-def test_a_certificate_that_cannot_serve_stops_web_at_start_with_a_clear_message(case: str, tmp_path: Path) -> None:
-    env, message = _bad_pairs(tmp_path)[case]
+@pytest.mark.parametrize("case", ["missing", "garbage", "not-a-key", "other-key", "cert-only", "same-port"])
+def test_https_settings_that_cannot_serve_stop_web_at_start_with_a_clear_message(case: str, tmp_path: Path) -> None:
+    env, message = _bad_settings(tmp_path)[case]
     environment = web_environment(free_port(), **env)
     done = subprocess.run(
         [sys.executable, "platform/web.py"], cwd=ROOT, env=environment, capture_output=True, timeout=60, check=False
