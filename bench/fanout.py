@@ -485,6 +485,7 @@ class Scenario:
                 "WEB_PROCESSES": str(self.opts.processes),
                 "WEB_BACKLOG": "4096",
                 "WEB_SERVER_MODULE": self.opts.server_module,
+                "WEB_TLS_PORT": "off",  # plain HTTP only; stock daphne (a --server-module) has no --tls-fd
                 "WEB_DAPHNE_ARGS": "-v 0",
             }
             web = self.opts.app_dir / "platform" / "web.py"  # its workers run the code beside it

@@ -8,6 +8,13 @@ Settings (environment):
 
 ``WEB_HOST``, ``WEB_PORT``
     where to listen (default ``127.0.0.1``, ``8000``); IPv4 only, as daphne adopts the socket as ``AF_INET``.
+``WEB_TLS_PORT``
+    where to serve HTTPS too, with HTTP/2 offered through ALPN (default ``8443``; ``off`` for none), on the same
+    host and by the same workers as the plain port.
+``WEB_TLS_CERT``, ``WEB_TLS_KEY``
+    the PEM certificate (it may be followed by its chain) and its unencrypted PEM private key for HTTPS. Both or
+    neither: unset, a self-signed development certificate is made under ``var/tls/`` (platform/tlscert.py).
+    A file that cannot be read or does not hold what it should stops this process at start, naming it.
 ``WEB_BACKLOG``
     the listen backlog (default 4096; the kernel caps it at ``net.core.somaxconn``). A large one lets a
     reconnect storm queue instead of having its SYNs dropped and retried a second later.
@@ -26,7 +33,9 @@ Settings (environment):
 
 This process opens ONE socket (``SO_REUSEADDR``, listening, non-blocking) and starts the workers as
 ``python -m streams.server --fd <fd> config.asgi:application``, handing the descriptor over with ``pass_fds``: every
-worker accepts from the same kernel queue, so a connection goes to whichever worker is free first. Each worker
+worker accepts from the same kernel queue, so a connection goes to whichever worker is free first. With HTTPS on,
+it opens a second socket the same way and adds ``--tls-fd <fd> --tls-cert <file> --tls-key <file>``: the same
+workers serve both ports (the server module must accept these options, as ``streams.server`` does). Each worker
 is a separate process with its own event loop and its own in-memory cache; none shares state with another.
 
 Signals: SIGTERM, SIGINT and SIGHUP are forwarded to every worker (SIGHUP as SIGTERM); the workers run in their
@@ -57,9 +66,11 @@ import sys
 import tempfile
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+import tlscert  # platform/tlscert.py, beside this file
 from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import multiprocess as prometheus_multiprocess
 
@@ -96,6 +107,37 @@ def listen(host: str, port: int, backlog: int) -> socket.socket:
     return sock
 
 
+@dataclass(frozen=True)
+class Https:
+    sock: socket.socket
+    cert: Path
+    key: Path
+
+    def argv(self) -> list[str]:
+        return ["--tls-fd", str(self.sock.fileno()), "--tls-cert", str(self.cert), "--tls-key", str(self.key)]
+
+
+def tls_port() -> int | None:
+    """``WEB_TLS_PORT``: the HTTPS port, or None for ``off``."""
+    if envstr("WEB_TLS_PORT", "8443").strip().lower() == "off":
+        return None
+    return envint("WEB_TLS_PORT", 8443, minimum=0, maximum=65535)
+
+
+def certificate(host: str) -> tuple[Path, Path]:
+    """The user's certificate and key, checked, or the development pair under var/tls/."""
+    cert, key = envstr("WEB_TLS_CERT", "").strip(), envstr("WEB_TLS_KEY", "").strip()
+    if bool(cert) != bool(key):
+        sys.exit("web: set both WEB_TLS_CERT and WEB_TLS_KEY, or neither (for a development certificate)")
+    try:
+        if cert:
+            tlscert.check_pair(Path(cert), Path(key))
+            return Path(cert).resolve(), Path(key).resolve()
+        return tlscert.development_pair(ROOT / "var" / "tls", host)
+    except tlscert.CertificateError as exc:
+        sys.exit(f"web: {exc}")
+
+
 def metrics_dir() -> Path:
     """The directory the workers share their metrics through (streams/metrics.py), cleared of an earlier run's."""
     given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
@@ -125,8 +167,11 @@ def _child_setup() -> None:
 
 
 class Supervisor:
-    def __init__(self, sock: socket.socket, processes: int, argv_tail: list[str], max_restarts: int) -> None:
+    def __init__(
+        self, sock: socket.socket, processes: int, argv_tail: list[str], max_restarts: int, https: Https | None = None
+    ) -> None:
         self.sock = sock
+        self.https = https
         self.processes = processes
         self.argv_tail = argv_tail
         self.max_restarts = max_restarts
@@ -138,14 +183,18 @@ class Supervisor:
         self.pending_signal: int | None = None
 
     def spawn(self, slot: int) -> None:
-        fd = self.sock.fileno()
+        fds = [self.sock.fileno()]
         module = envstr("WEB_SERVER_MODULE", DEFAULT_SERVER_MODULE).strip() or DEFAULT_SERVER_MODULE
-        argv = [sys.executable, "-m", module, "--fd", str(fd), *self.argv_tail, APPLICATION]
+        argv = [sys.executable, "-m", module, "--fd", str(fds[0])]
+        if self.https is not None:
+            fds.append(self.https.sock.fileno())
+            argv += self.https.argv()
+        argv += [*self.argv_tail, APPLICATION]
         # preexec_fn is safe here: this process has a single thread.
         worker = subprocess.Popen(
             argv,
             cwd=ROOT,
-            pass_fds=(fd,),
+            pass_fds=fds,
             start_new_session=True,
             preexec_fn=_child_setup,  # noqa: PLW1509
         )
@@ -220,16 +269,25 @@ def main() -> int:
         backlog = envint("WEB_BACKLOG", 4096, minimum=1)
         processes = envint("WEB_PROCESSES", os.cpu_count() or 1, minimum=1)
         max_restarts = envint("WEB_MAX_RESTARTS", 5, minimum=0)
+        https_port = tls_port()
     except ImproperlyConfigured as exc:
         sys.exit(f"web: {exc}")
     try:
         extra = shlex.split(envstr("WEB_DAPHNE_ARGS", ""))
     except ValueError as exc:
         sys.exit(f"web: WEB_DAPHNE_ARGS cannot be split: {exc}")
+    if https_port is not None and https_port == port != 0:
+        sys.exit(f"web: WEB_TLS_PORT and WEB_PORT are both {port}; HTTPS needs a port of its own (or WEB_TLS_PORT=off)")
+    https = None
+    if https_port is not None:
+        cert, key = certificate(host)
+        https = Https(listen(host, https_port, backlog), cert, key)
     sock = listen(host, port, backlog)
     metrics_dir()
     log(f"listening on {host}:{sock.getsockname()[1]} (backlog {backlog}), {processes} worker(s)")
-    return Supervisor(sock, processes, extra, max_restarts).run()
+    if https is not None:
+        log(f"https on {host}:{https.sock.getsockname()[1]} (HTTP/2 and HTTP/1.1), certificate {https.cert}")
+    return Supervisor(sock, processes, extra, max_restarts, https).run()
 
 
 if __name__ == "__main__":

@@ -7,29 +7,47 @@ hands it to the app as `scope["extensions"]["sse.flow"]`. Streams then stop writ
 close it past a bound (it resumes from its Last-Event-ID). Why, and which Twisted internals this relies on:
 docs/decisions/0001-daphne-with-write-flow-control.md.
 
-Run with `python -m streams.server` and daphne's usual arguments.
+Over HTTP/2 a response is one stream of a shared connection: `StreamFlow` pauses and closes that stream alone
+(docs/request-lifecycle.md, "HTTP/2").
+
+Run with `python -m streams.server` and daphne's usual arguments; `--tls-fd`, `--tls-cert` and `--tls-key` add
+HTTPS, with HTTP/2, on an inherited listening socket (streams/tls.py), as platform/web.py starts it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import gc
+import sys
+from pathlib import Path
 from typing import Any
 
 import daphne.server  # noqa: F401  (installs the asyncio reactor before anything imports twisted's)
 from daphne.cli import CommandLineInterface
 from daphne.server import Server
-from twisted.internet import tcp
+from h2.exceptions import H2Error
+from twisted.internet import reactor, tcp
+from twisted.internet.error import ConnectionLost
 from twisted.internet.interfaces import IPushProducer
+from twisted.python.failure import Failure
+from twisted.web._http2 import H2Stream
 from zope.interface import implementer
 
 from config.logs import log_access
+from streams.tls import TlsError, TlsListener, certificate_options, listen_tls
 
 FLOW_EXTENSION = "sse.flow"
 # Twisted internals `Flow.write` reads. They are not public API: pyproject.toml bounds Twisted's version, and
 # tests/test_twisted_internals.py fails, naming what is gone, when a release drops one.
 TRANSPORT_INTERNALS = ("TLS", "connected", "socket", "dataBuffer", "offset", "_tempDataLen", "_writeDisconnected")
 REQUEST_INTERNALS = ("startedWriting", "chunked", "finished", "sentLength", "_disconnected")
+STREAM_BUFFER = 64 * 1024  # as on HTTP/1.1, where Twisted pauses a response past 64 KiB in its buffer
+DRAIN_POLL_S = 0.02  # how often a paused stream looks whether it may resume (`StreamFlow._recheck`)
+# ...and, over HTTP/2, the ones `StreamFlow` reads.
+STREAM_INTERNALS = ("_conn", "streamID")
+CONNECTION_INTERNALS = ("_outboundStreamQueues", "_sendingDeferred", "priority", "conn", "streams")
 # How many connections a listening port may accept in one turn of the loop (it stops sooner when none is waiting).
 ACCEPTS_PER_TURN = 1000
 
@@ -112,8 +130,140 @@ class Flow:
             transport.abortConnection()
 
 
+def is_http2(request: Any) -> bool:
+    return isinstance(getattr(request, "channel", None), H2Stream)
+
+
+class StreamFlow(Flow):
+    """`Flow` for a response on an HTTP/2 stream: paused while the peer's window is used up (Twisted's signal)
+    or while too much waits in the stream's queue (ours); `abort()` resets the stream, not the connection."""
+
+    def __init__(self, request: Any) -> None:
+        super().__init__(request)
+        self.stream: Any = request.channel
+        self._blocked = False  # Twisted paused us: the peer's flow-control window is used up
+        self._backlogged = False  # more than STREAM_BUFFER bytes of ours wait to be sent
+        self._parked = False  # taken out of Twisted's send loop while it has bytes queued and no window
+        self._poll: asyncio.TimerHandle | None = None
+        # H2Stream never calls stopProducing on its producer when the stream or its connection ends.
+        request.notifyFinish().addBoth(self._finished)
+
+    def pauseProducing(self) -> None:
+        self._blocked = True
+        self._sync()
+
+    def resumeProducing(self) -> None:
+        self._blocked = False
+        self._sync()
+
+    def stopProducing(self) -> None:
+        self._cancel_poll()
+        super().stopProducing()
+
+    def _finished(self, _result: object) -> None:
+        self.stopProducing()  # and swallow the failure of a lost connection: it is expected, not an error
+
+    def _sync(self) -> None:
+        if self.closed:
+            return
+        if self._blocked or self._backlogged:
+            super().pauseProducing()
+        else:
+            super().resumeProducing()
+        if self._blocked or self._backlogged or self._parked:
+            if self._poll is None:
+                self._poll = asyncio.get_running_loop().call_later(DRAIN_POLL_S, self._recheck)
+        else:
+            self._cancel_poll()
+
+    def write(self, data: bytes) -> None:
+        if self.closed or not data or self.request._disconnected:
+            return
+        self.request.write(data)
+        if not self._backlogged and self.queued() > STREAM_BUFFER:
+            self._backlogged = True
+            self._sync()
+
+    def queued(self) -> int:
+        """Bytes of this stream waiting in the connection's queue (sent frames have left it)."""
+        queue = self.stream._conn._outboundStreamQueues.get(self.stream.streamID)
+        return sum(len(chunk) for chunk in queue if isinstance(chunk, bytes)) if queue else 0
+
+    def _recheck(self) -> None:
+        """While paused: resume once the queue has drained and the peer's window has room.
+
+        Twisted pauses a stream when the window minus what is queued is used up, but looks again only when a
+        WINDOW_UPDATE arrives; a peer that already has what it needs sends none (it waits for half its window to
+        be used), so after the queue drained into a window with room the stream would stay paused for good. Its
+        `windowUpdated` makes Twisted look again, and resume us if there is room now.
+        """
+        self._poll = None
+        if self.closed:
+            return
+        if self._backlogged and not self.queued():
+            self._backlogged = False
+        with contextlib.suppress(H2Error, KeyError):
+            self._park_or_unpark()
+        if self._blocked:
+            self.stream.windowUpdated()  # calls resumeProducing (so _sync) when the window has room
+        self._sync()
+
+    def _park_or_unpark(self) -> None:
+        """Twisted's send loop keeps taking a stream that has bytes queued and no window left, finds nothing it may
+        send, and turns over at once: a busy loop (measured: 60% of a core) for as long as the client keeps the
+        window shut. Take such a stream out of the loop's turns, and back in once its window has room, waking the
+        loop if it found nothing else to send and waits (as Twisted does when a stream writes)."""
+        connection, stream_id = self.stream._conn, self.stream.streamID
+        if stream_id not in connection.streams:
+            return
+        window = connection.conn.local_flow_control_window(stream_id)
+        if not self._parked:
+            if window <= 0 and self.queued():
+                connection.priority.block(stream_id)
+                self._parked = True
+            return
+        if window <= 0:
+            return
+        self._parked = False
+        if connection._outboundStreamQueues.get(stream_id):  # an empty queue in the loop's turns would break it
+            connection.priority.unblock(stream_id)
+            waiting, connection._sendingDeferred = connection._sendingDeferred, None
+            if waiting is not None:
+                waiting.callback(stream_id)
+
+    def _cancel_poll(self) -> None:
+        if self._poll is not None:
+            self._poll.cancel()
+            self._poll = None
+
+    def abort(self) -> None:
+        """Reset this stream (RST_STREAM) and drop what waits for it; the connection's other streams go on."""
+        self._cancel_poll()
+        self.closed = True
+        request = self.request
+        if request._disconnected:
+            return
+        stream = self.stream
+        # As Twisted does when the peer resets a stream: the request learns first (daphne then tells the app),
+        # then the stream's state and queue go.
+        reason = Failure(ConnectionLost("stream reset: the client fell too far behind"))  # type: ignore[no-untyped-call]
+        stream.connectionLost(reason)
+        with contextlib.suppress(H2Error, KeyError):
+            stream.abortConnection()
+
+
 class FlowControlServer(Server):  # type: ignore[misc]
+    def __init__(self, *args: Any, tls: TlsListener | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tls = tls
+
     def run(self) -> None:
+        if self.tls is not None:
+            try:
+                options = certificate_options(self.tls.cert, self.tls.key)
+            except TlsError as exc:
+                sys.exit(f"streams.server: {exc}")
+            reactor.callWhenRunning(self._listen_tls, self.tls, options)
         # What is loaded by now (Django, Twisted, the application: most of the process's objects) lives as long
         # as the process. Frozen, it is left out of the cyclic collector's full passes, which otherwise scan it all
         # every few seconds under load: measured at 1000 clients x 100 msg/s, passes of 210-220 ms, each one a
@@ -125,6 +275,11 @@ class FlowControlServer(Server):  # type: ignore[misc]
         super().listen_success(port)
         if isinstance(port, tcp.Port):
             accept_eagerly(port)
+
+    def _listen_tls(self, tls: TlsListener, options: Any) -> None:
+        # Called once the reactor runs, when daphne's `run` has built the HTTP factory the TLS one wraps.
+        port = listen_tls(reactor, tls, self.http_factory, options)
+        self.listen_success(port)
 
     def log_action(self, protocol: str, action: str, details: dict[str, Any]) -> None:
         """daphne's access line, through logging (so LOG_FORMAT applies and the request id is on it) and without
@@ -145,14 +300,14 @@ class FlowControlServer(Server):  # type: ignore[misc]
 
     def create_application(self, protocol: Any, scope: dict[str, Any]) -> Any:
         if scope.get("type") == "http" and hasattr(protocol, "registerProducer"):
-            flow = Flow(protocol)
+            flow = StreamFlow(protocol) if is_http2(protocol) else Flow(protocol)
             protocol.registerProducer(flow, True)
             scope.setdefault("extensions", {})[FLOW_EXTENSION] = flow
         return super().create_application(protocol, scope)
 
     async def handle_reply(self, protocol: Any, message: dict[str, Any]) -> None:
         ending = message.get("type") == "http.response.body" and not message.get("more_body", False)
-        if ending and getattr(protocol, "producer", None) is not None:
+        if ending and getattr(protocol, "producer", None) is not None and protocol.channel is not None:
             # Unregister before the response ends, or Twisted logs "Producer was not unregistered".
             protocol.unregisterProducer()
         await super().handle_reply(protocol, message)
@@ -177,7 +332,25 @@ def accept_eagerly(port: tcp.Port) -> None:
 
 
 class FlowControlCLI(CommandLineInterface):  # type: ignore[misc]
-    server_class = FlowControlServer
+    """daphne's command line, plus HTTPS on a listening socket handed over by descriptor (streams/tls.py)."""
+
+    server_class: Any = FlowControlServer
+
+    def __init__(self) -> None:
+        super().__init__()
+        tls = self.parser.add_argument_group("HTTPS (HTTP/2 through ALPN) on an inherited listening socket")
+        tls.add_argument("--tls-fd", type=int, default=None, help="the listening socket's file descriptor")
+        tls.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate (and chain)")
+        tls.add_argument("--tls-key", type=Path, default=None, help="PEM private key")
+
+    def run(self, args: list[str]) -> None:
+        parsed = self.parser.parse_args(args)
+        if parsed.tls_fd is not None:
+            if parsed.tls_cert is None or parsed.tls_key is None:
+                self.parser.error("--tls-fd needs --tls-cert and --tls-key")
+            listener = TlsListener(parsed.tls_fd, parsed.tls_cert, parsed.tls_key)
+            self.server_class = functools.partial(FlowControlServer, tls=listener)
+        super().run(args)
 
 
 def main() -> None:

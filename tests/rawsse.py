@@ -7,17 +7,27 @@ really leaves the bytes in the kernel and the server sees its connection fill up
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 
 from tests.sse_client import Event, parse_block
 
 
 class RawStream:
-    def __init__(self, port: int, path: str, *, headers: dict[str, str] | None = None, rcvbuf: int = 0) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    def __init__(
+        self,
+        port: int,
+        path: str,
+        *,
+        headers: dict[str, str] | None = None,
+        rcvbuf: int = 0,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.sock.connect(("127.0.0.1", port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sock.connect(("127.0.0.1", port))
+        self.sock = tls.wrap_socket(sock, server_hostname="localhost") if tls else sock
         lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1", *(f"{k}: {v}" for k, v in (headers or {}).items())]
         self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
         self._raw = b""

@@ -156,8 +156,9 @@ def children(pid: int) -> set[int]:
     return found
 
 
-def start_web(port: int, processes: int = 2, **env: str) -> subprocess.Popen[bytes]:
-    environment = {
+def web_environment(port: int, processes: int = 2, **env: str) -> dict[str, str]:
+    """The environment platform/web.py runs with in tests: the test services, `port`, `processes` workers, `env`."""
+    return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.test",
         "DATABASE_URL": url_of_test_database(),
@@ -165,9 +166,14 @@ def start_web(port: int, processes: int = 2, **env: str) -> subprocess.Popen[byt
         "KAFKA_BOOTSTRAP_SERVERS": settings.KAFKA.bootstrap_servers,
         "WEB_HOST": HOST,
         "WEB_PORT": str(port),
+        "WEB_TLS_PORT": str(free_port()),  # not the default 8443, which another run may hold
         "WEB_PROCESSES": str(processes),
         **env,
     }
+
+
+def start_web(port: int, processes: int = 2, **env: str) -> subprocess.Popen[bytes]:
+    environment = web_environment(port, processes, **env)
     VAR.mkdir(exist_ok=True)
     with (VAR / "test-web-supervisor.log").open("ab") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(
@@ -176,12 +182,13 @@ def start_web(port: int, processes: int = 2, **env: str) -> subprocess.Popen[byt
 
 
 def web_started(processes: int = 2, **env: str) -> tuple[subprocess.Popen[bytes], int]:
-    """platform/web.py on a free port with `processes` workers, once they all run and it answers."""
+    """platform/web.py on a free port with `processes` workers (or `WEB_PROCESSES`), once they all run and answer."""
     port = free_port()
     process = start_web(port, processes, **env)
+    workers = int(env.get("WEB_PROCESSES", processes))
 
     def running() -> bool:
-        return len(children(process.pid)) == processes and healthy(port)
+        return len(children(process.pid)) == workers and healthy(port)
 
     try:
         _wait_for("platform/web.py's workers", running, timeout=60)

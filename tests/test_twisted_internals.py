@@ -14,9 +14,19 @@ import pytest
 import twisted
 from twisted.internet import protocol, tcp
 from twisted.internet.address import IPv4Address
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
 from twisted.web import http
+from twisted.web._http2 import H2Connection, H2Stream
 
-from streams.server import REQUEST_INTERNALS, TRANSPORT_INTERNALS, Flow, accept_eagerly
+from streams.server import (
+    CONNECTION_INTERNALS,
+    REQUEST_INTERNALS,
+    STREAM_INTERNALS,
+    TRANSPORT_INTERNALS,
+    Flow,
+    accept_eagerly,
+)
 
 
 @pytest.fixture
@@ -40,6 +50,18 @@ def test_twisted_still_has_the_internals_flow_control_reads(connection: tuple[tc
     missing += [f"http.Request.{name}" for name in REQUEST_INTERNALS if not hasattr(request, name)]
     missing += [f"http.Request.{name}" for name in ("registerProducer", "unregisterProducer")
                 if not hasattr(request, name)]  # fmt: skip
+    assert not missing, f"Twisted {twisted.__version__} no longer has what streams/server.py reads: {missing}"
+
+
+def test_twisted_still_has_the_http2_internals_stream_flow_control_reads() -> None:
+    connection: Any = H2Connection(reactor=Clock())  # type: ignore[no-untyped-call]
+    connection.transport = StringTransport()  # type: ignore[no-untyped-call]
+    headers = [(b":method", b"GET"), (b":path", b"/")]
+    stream: Any = H2Stream(1, connection, headers, http.Request, None, None)  # type: ignore[no-untyped-call]
+    missing = [f"H2Stream.{name}" for name in STREAM_INTERNALS if not hasattr(stream, name)]
+    missing += [f"H2Connection.{name}" for name in CONNECTION_INTERNALS if not hasattr(connection, name)]
+    missing += [f"H2Stream.{name}" for name in ("windowUpdated", "abortConnection", "connectionLost")
+                if not hasattr(stream, name)]  # fmt: skip
     assert not missing, f"Twisted {twisted.__version__} no longer has what streams/server.py reads: {missing}"
 
 
