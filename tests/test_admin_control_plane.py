@@ -161,7 +161,8 @@ def test_the_route_page_has_a_live_preview_and_a_snippet(admin_client: Client) -
     assert 'id="preview-token"' not in html  # not guarded: no token to give
     patterns = page.context["preview"]["patterns"]
     assert patterns == [{"text": "/items/{id}", "params": ["id"]}, {"text": "/all", "params": []}]
-    assert "new EventSource(" in html
+    assert "import { SseClient } from" in html  # the preview and its snippet use the platform's JS client
+    assert "new SseClient(" in html
     assert "Recent changes" in html
 
     do_put_guard(**guard_fields("jwt"))
