@@ -198,4 +198,6 @@ class RouteTable:
         """Whether the table now holds another version of `route` (or none, or one that no longer matches
         `path`): for a stream that was set up while a reload ran, which that reload's reconcile could not see."""
         compiled, delivery = self.by_name.get(route.name, (None, None))
+        if compiled is not None and compiled.spec is route:
+            return False  # the very version the stream was set up with (the usual case, and the cheapest check)
         return compiled is None or delivery != route.delivery() or compiled.match(path_segments(path)) is None
