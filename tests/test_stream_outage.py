@@ -24,7 +24,7 @@ from tests.sse_client import Event, EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-OUTAGE_S = 3.0
+OUTAGE_S = 10.0  # long enough for a broker restart, not only a blip: librdkafka retries meanwhile
 
 
 def route_to(topic: str) -> str:
