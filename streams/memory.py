@@ -6,11 +6,12 @@ at +50-75 % RSS over its baseline minutes after its last client left, for two re
   collection frees; with the start-up heap frozen (streams/server.py) and little allocated while idle, a full
   collection may wait for minutes;
 - what Python frees goes back to glibc's malloc, which keeps it for reuse rather than return it to the kernel: the
-  worker's heap stayed at its peak size with three quarters of it free.
+  worker's heap stayed at its peak size with most of it free.
 
 So while a process has no stream open, every `SSE_MEMORY_TRIM_S` seconds it runs a full collection, then asks
 glibc (`malloc_trim(0)`) to hand its free pages back. Both cost a few milliseconds on an idle process. Where the C
-library is not glibc (no `malloc_trim`), only the collection runs.
+library is not glibc (no `malloc_trim`), only the collection runs. What Python's own small-object allocator keeps
+is not glibc's to return; docs/operations.md says what is left and how to avoid it.
 """
 
 from __future__ import annotations
