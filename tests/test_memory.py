@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -35,46 +35,39 @@ def no_automatic_collection() -> Iterator[None]:
         gc.enable()
 
 
-@pytest.mark.usefixtures("no_automatic_collection")
-def test_an_idle_process_collects_its_garbage_cycles() -> None:
+def run_reclaimer(idle: Callable[[], bool], until: Callable[[Reclaimer], bool]) -> tuple[bool, int]:
+    """A reclaimer checking every 10 ms, over a garbage cycle, until `until(reclaimer)` (at most 5 s); returns
+    whether the cycle was collected and how many times the reclaimer ran."""
+
     async def scenario() -> tuple[bool, int]:
-        garbage = Cycle()
-        gone = weakref.ref(garbage)
-        del garbage
-        reclaimer = Reclaimer(lambda: True, 0.01)
+        gone = weakref.ref(Cycle())
+        reclaimer = Reclaimer(idle, 0.01)
         reclaimer.start()
         for _ in range(500):
-            if reclaimer.runs:
+            if until(reclaimer):
                 break
             await asyncio.sleep(0.01)
         return gone() is None, reclaimer.runs
 
-    collected, runs = asyncio.run(asyncio.wait_for(scenario(), 10))
+    return asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+@pytest.mark.usefixtures("no_automatic_collection")
+def test_an_idle_process_collects_its_garbage_cycles() -> None:
+    collected, runs = run_reclaimer(lambda: True, until=lambda reclaimer: reclaimer.runs > 0)
     assert runs >= 1
     assert collected
 
 
 @pytest.mark.usefixtures("no_automatic_collection")
 def test_a_process_with_streams_open_is_left_alone() -> None:
-    async def scenario() -> tuple[bool, int]:
-        garbage = Cycle()
-        gone = weakref.ref(garbage)
-        del garbage
-        asked: list[bool] = []
+    asked: list[bool] = []
 
-        def busy() -> bool:
-            asked.append(True)
-            return False
+    def busy() -> bool:
+        asked.append(True)
+        return False
 
-        reclaimer = Reclaimer(busy, 0.01)
-        reclaimer.start()
-        for _ in range(500):
-            if len(asked) >= 3:
-                break
-            await asyncio.sleep(0.01)
-        return gone() is None, reclaimer.runs
-
-    collected, runs = asyncio.run(asyncio.wait_for(scenario(), 10))
+    collected, runs = run_reclaimer(busy, until=lambda _: len(asked) >= 3)
     assert runs == 0
     assert not collected
 
