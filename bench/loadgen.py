@@ -17,6 +17,10 @@ It reads one JSON command per line on stdin and answers each with one JSON line 
   wait until each has received its next event.
 - ``{"cmd": "ttfe", "path": "/x", "n": 200, "timeout": 10}``: open ``n`` streams one after the other, each
   closed as soon as its first event arrives: the times from connect to first event.
+- ``{"cmd": "churn", "path": "/x", "clients": 2000, "seconds": 600, "life": 20, "pause": 5, "resume": 0.5,
+  "timeout": 30}``: ``clients`` clients each connect, stay a random time (uniform, mean ``life`` s), leave, wait
+  (mean ``pause`` s) and connect again, until ``seconds`` have passed; then all leave. A share ``resume`` of the
+  reconnections send their last event id and continue the sequence check across the gap; the others start afresh.
 - ``{"cmd": "quit"}``.
 
 Clients are raw `asyncio.Protocol`s (HTTP/1.1, one GET each, kept open). The benchmark's messages are JSON
@@ -31,6 +35,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import random
 import re
 import resource
 import sys
@@ -353,6 +358,41 @@ class Generator:
             "headers_p99": percentile(headers, 0.99),
         }
 
+    async def churn(
+        self, path: str, *, clients: int, seconds: float, life_s: float, pause_s: float, resume: float, limit_s: float
+    ) -> dict[str, Any]:
+        """Clients connecting and leaving at random for `seconds`; see the module's docstring."""
+        self.track = True
+        deadline = time.monotonic() + seconds
+        counts: Counter[str] = Counter()
+
+        async def slot() -> None:
+            last_id: bytes | None = None
+            last_seq: dict[bytes, int] = {}
+            await asyncio.sleep(random.uniform(0, min(seconds, 2 * pause_s)))  # arrivals spread, not one burst
+            while time.monotonic() < deadline:
+                resuming = last_id is not None and random.random() < resume
+                try:
+                    client = await self.open(
+                        path, limit_s, last_id if resuming else None, last_seq if resuming else None
+                    )
+                except Exception:  # counted by open
+                    counts["failed"] += 1
+                    await asyncio.sleep(random.uniform(0, 2 * pause_s))
+                    continue
+                counts["resumed" if resuming else "fresh"] += 1
+                await asyncio.sleep(min(random.uniform(0, 2 * life_s), max(0.0, deadline - time.monotonic())))
+                if client.last_id is not None:
+                    last_id, last_seq = client.last_id, client.last_seq
+                client.close()
+                self.clients.discard(client)
+                await asyncio.sleep(random.uniform(0, 2 * pause_s))
+
+        started = time.monotonic()
+        await asyncio.gather(*(slot() for _ in range(clients)))
+        self.close_all()
+        return {"seconds": time.monotonic() - started, **counts}
+
     def close_all(self) -> None:
         for client in list(self.clients):
             client.close()
@@ -393,6 +433,16 @@ async def serve(gen: Generator) -> None:
                 reply = await gen.reconnect(command.get("timeout", 60))
             elif name == "ttfe":
                 reply = await gen.ttfe(command["path"], int(command["n"]), command.get("timeout", 10))
+            elif name == "churn":
+                reply = await gen.churn(
+                    command["path"],
+                    clients=int(command["clients"]),
+                    seconds=float(command["seconds"]),
+                    life_s=float(command["life"]),
+                    pause_s=float(command["pause"]),
+                    resume=float(command.get("resume", 0.5)),
+                    limit_s=float(command.get("timeout", 30)),
+                )
             elif name == "quit":
                 gen.close_all()
                 answer({"ok": True})

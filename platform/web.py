@@ -27,6 +27,11 @@ Settings (environment):
     extra daphne arguments, split like a shell would (for instance ``-v 0``).
 ``WEB_MAX_RESTARTS``
     how many unexpected worker exits are tolerated per minute (default 5), see below.
+``MALLOC_ARENA_MAX``
+    glibc's malloc arenas per worker (default here 2, where glibc's own is 8 per core). Each thread that allocates
+    (the Kafka fetcher, the delivery-log writer, the threads of ``sync_to_async``) may otherwise get an arena of
+    its own, each keeping what it freed; with two, a worker's memory returns closer to its size before a load
+    (docs/operations.md, "Memory").
 ``PROMETHEUS_MULTIPROC_DIR``
     where the workers keep their metrics for ``/metrics`` to merge (default: a new directory under
     ``var/metrics/``, removed at exit). Its files are cleared at start; a dead worker's live gauges are removed.
@@ -82,6 +87,7 @@ DEFAULT_SERVER_MODULE = "streams.server"
 RESTART_WINDOW_S = 60.0
 STOP_GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1
+MALLOC_ARENA_MAX = "2"
 
 
 def log(message: str) -> None:
@@ -190,10 +196,12 @@ class Supervisor:
             fds.append(self.https.sock.fileno())
             argv += self.https.argv()
         argv += [*self.argv_tail, APPLICATION]
+        env = {"MALLOC_ARENA_MAX": MALLOC_ARENA_MAX, **os.environ}  # read by glibc at start: set, not changed later
         # preexec_fn is safe here: this process has a single thread.
         worker = subprocess.Popen(
             argv,
             cwd=ROOT,
+            env=env,
             pass_fds=fds,
             start_new_session=True,
             preexec_fn=_child_setup,  # noqa: PLW1509

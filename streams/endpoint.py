@@ -95,6 +95,7 @@ class StreamEndpoint:
             await self.django_app(scope, receive, send)
             return
         self.runtime.metrics.start()
+        self.runtime.memory.start()
         if scope["path"].startswith("/-/") or scope["path"] in PROBES:
             await self.internal(scope, send)
         else:

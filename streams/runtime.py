@@ -7,6 +7,7 @@
 - `stats`: the counters the health endpoint reports;
 - `delivery_log`: what the streams delivered and refused, as Parquet for the analytics (streams/delivery_log.py);
 - `metrics`: the same, and the process's gauges, for Prometheus (streams/metrics.py);
+- `memory`: gives memory back to the OS while no stream is open (streams/memory.py);
 - `hub()`: the hub of the running event loop: fetcher, cache and fan-out (streams/hub.py), started on first use.
 
 A server process has one, `runtime`; tests may make their own.
@@ -26,6 +27,7 @@ from streams.delivery_schema import End, Start
 from streams.hub import Hub, current_hub, get_hub
 from streams.kafka import ReaderStats
 from streams.limits import RateLimit, StreamLimits
+from streams.memory import Reclaimer
 from streams.metrics import (
     LOG_DROPPED,
     REFUSALS,
@@ -71,12 +73,14 @@ class Runtime:
     routes: RouteTable = field(init=False)
     revocations: Revocations = field(init=False)
     deliveries: DeliverySinks = field(init=False)  # what the pumps tell of each write: log and metrics
+    memory: Reclaimer = field(init=False)
 
     def __post_init__(self) -> None:
         self.routes = RouteTable(self.open_streams)
         self.revocations = Revocations(self.sessions)
         self.sessions.is_revoked = self.revocations.covers
         self.deliveries = DeliverySinks(self.delivery_log, self.metrics)
+        self.memory = Reclaimer(lambda: self.stats.open_streams == 0, settings.SSE_MEMORY_TRIM_S)
         metrics = self.metrics
         metrics.hub = current_hub
         metrics.count(RENEWALS, lambda: self.sessions.renewed)
@@ -122,6 +126,7 @@ class Runtime:
             **counts,
             **self.delivery_log.stats(),
             "gc_frozen_objects": gc.get_freeze_count(),  # the server freezes what it loaded (streams/server.py)
+            "memory_reclaims": self.memory.runs,
         }
 
 

@@ -88,12 +88,15 @@ class Endpoint:
         query: bytes = b"",
         headers: list[tuple[bytes, bytes]] | None = None,
         body: bytes = b"",
+        client: str = "127.0.0.1",
     ) -> Response:
-        """One request; `path` is the raw (still percent-encoded, ASCII) path, as daphne passes it."""
-        return self.loop_thread.run(self._call(method, path, query, headers or [], body), timeout=CALL_TIMEOUT_S + 5)
+        """One request from `client`; `path` is the raw (still percent-encoded, ASCII) path, as daphne passes it."""
+        return self.loop_thread.run(
+            self._call(method, path, query, headers or [], body, client=client), timeout=CALL_TIMEOUT_S + 5
+        )
 
     async def _call(
-        self, method: str, path: bytes, query: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+        self, method: str, path: bytes, query: bytes, headers: list[tuple[bytes, bytes]], body: bytes, *, client: str
     ) -> Response:
         scope = {
             "type": "http",
@@ -106,7 +109,7 @@ class Endpoint:
             "query_string": query,
             "root_path": "",
             "headers": headers,
-            "client": ("127.0.0.1", 50000),
+            "client": (client, 50000),
             "server": ("127.0.0.1", 8000),
         }
         started: dict[str, Any] = {}

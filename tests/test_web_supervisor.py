@@ -1,7 +1,8 @@
 """platform/web.py, the web workers' supervisor: the behaviour docs/decisions/0006 chose it for.
 
-It starts its workers on one shared socket, stops them all on SIGTERM with status 0, replaces a worker that
-dies, gives up with status 1 when workers keep dying at start, and takes its workers down when it is killed.
+It starts its workers on one shared socket (with two malloc arenas each), stops them all on SIGTERM with status 0,
+replaces a worker that dies, gives up with status 1 when workers keep dying at start, and takes its workers down
+when it is killed.
 """
 
 from __future__ import annotations
@@ -67,3 +68,14 @@ def test_a_worker_keeps_what_it_loaded_out_of_the_collectors_full_passes(
     _process, port = web
     frozen = httpx.get(f"http://{HOST}:{port}/-/health", timeout=5).json()["gc_frozen_objects"]
     assert frozen > 50_000  # Django, Twisted and the application
+
+
+def test_workers_run_with_two_malloc_arenas(web: tuple[subprocess.Popen[bytes], int]) -> None:
+    """Fewer glibc arenas keep less freed memory (docs/operations.md, "Memory"); an operator's own value wins."""
+    process, _port = web
+    wanted = os.environ.get("MALLOC_ARENA_MAX", "2").encode()
+    workers = children(process.pid)
+    assert len(workers) == 2
+    for pid in workers:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            assert b"MALLOC_ARENA_MAX=" + wanted in environ.read().split(b"\0")

@@ -1,0 +1,597 @@
+"""What the benchmarks share: /proc readings, the processes they start, and one scenario's set-up and tear-down.
+
+A scenario (`Scenario`) is one fresh topic (4 partitions) with a route to it, one fresh server under test (one
+`python -m streams.server` process, or platform/web.py with several workers), a producer (bench/producer.py) and
+the load generator (bench/loadgen.py), plus a guard that kills the server if it opens too many connections to the
+shared broker. Every process runs in its own session with `PR_SET_PDEATHSIG`, and `close()` (or
+`Proc.stop_all()` on Ctrl-C) stops it; traffic stays on 127.0.0.1. Used by bench/fanout.py and bench/soak.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import datetime as dt
+import json
+import os
+import queue
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, ClassVar
+
+import django
+from confluent_kafka.admin import AdminClient, NewTopic
+from django.conf import settings
+from django.core.management import call_command
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+PY = sys.executable
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+NCPU = os.cpu_count() or 1
+PARTITIONS = 4
+MESSAGE_BYTES = 1024
+NOFILE = 65536
+PR_SET_PDEATHSIG = 1
+
+
+class BenchError(RuntimeError):
+    """A scenario failed; the message goes into the table."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM: unwind like Ctrl-C."""
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------
+# /proc readings
+# --------------------------------------------------------------------------
+
+
+def cpu_ticks(pid: int | None) -> int | None:
+    """utime + stime of a process (all its threads), in clock ticks."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[11]) + int(fields[12])
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def fd_count(pid: int) -> int | None:
+    """Open file descriptors of a process."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all cores since boot."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def socket_inodes(pids: list[int]) -> set[str]:
+    inodes: set[str] = set()
+    for pid in pids:
+        fd_dir = Path(f"/proc/{pid}/fd")
+        try:
+            names = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for name in names:
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd_dir / name)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    return inodes
+
+
+def connections_to(pids: list[int], port: int) -> int:
+    """Established TCP connections from these processes to `port` (the broker): from /proc, no psutil."""
+    inodes = socket_inodes(pids)
+    if not inodes:
+        return 0
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as lines:
+            next(lines, None)
+            for line in lines:
+                parts = line.split()
+                if parts[3] == "01" and int(parts[2].rsplit(":", 1)[1], 16) == port and parts[9] in inodes:
+                    count += 1
+    return count
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def raise_nofile() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for limits in ((max(soft, NOFILE), max(hard, NOFILE)), (hard, hard)):
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+            break
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+# --------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Proc:
+    """A child process in its own session, logged to a file, stopped by `stop()` (and by the registry)."""
+
+    running: ClassVar[list[Proc]] = []  # the live children, for cleanup
+
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path = ROOT,
+        pipes: bool = False,
+    ) -> None:
+        self.name = name
+        self.log_path = log_path
+        self.log_file = open(log_path, "wb")  # noqa: SIM115  (closed in stop)
+        # Started from the main thread only: PR_SET_PDEATHSIG fires when the thread that forked exits.
+        self.popen = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if pipes else self.log_file,
+            stderr=self.log_file,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509
+        )
+        self.pid = self.popen.pid
+        Proc.running.append(self)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, grace: float = 5.0, sig: int = signal.SIGTERM) -> int | None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                log(f"{self.name} (pid {self.pid}) ignored {signal.Signals(sig).name} for {grace:.0f}s: killing it")
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.popen.wait(5)
+        for stream in (self.popen.stdin, self.popen.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        self.log_file.close()
+        if self in Proc.running:
+            Proc.running.remove(self)
+        return self.popen.returncode
+
+    def tail(self, lines: int = 15) -> str:
+        with contextlib.suppress(OSError):
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+            return "\n".join("    " + line for line in text[-lines:])
+        return ""
+
+    @classmethod
+    def stop_all(cls) -> None:
+        for proc in reversed(list(cls.running)):
+            with contextlib.suppress(Exception):
+                proc.stop(grace=3.0)
+
+
+class LoadGen(Proc):
+    """bench/loadgen.py, driven by JSON lines on its stdin; replies come back through a reader thread."""
+
+    def __init__(self, port: int, log_path: Path) -> None:
+        argv = [PY, str(BENCH / "loadgen.py"), "--port", str(port)]
+        super().__init__("loadgen", argv, log_path=log_path, pipes=True)
+        self.replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        assert self.popen.stdout is not None
+        threading.Thread(target=self._read, args=(self.popen.stdout,), daemon=True).start()
+
+    def _read(self, stream: IO[bytes]) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            for line in stream:
+                with contextlib.suppress(json.JSONDecodeError):
+                    self.replies.put(json.loads(line))
+        self.replies.put(None)
+
+    def ask(self, command: dict[str, Any], limit_s: float) -> dict[str, Any]:
+        assert self.popen.stdin is not None
+        try:
+            self.popen.stdin.write((json.dumps(command) + "\n").encode())
+            self.popen.stdin.flush()
+        except OSError as exc:
+            raise BenchError(f"load generator gone ({exc}):\n{self.tail()}") from exc
+        try:
+            reply = self.replies.get(timeout=limit_s)
+        except queue.Empty:
+            raise BenchError(f"load generator did not answer {command['cmd']!r} within {limit_s:.0f}s") from None
+        if reply is None:
+            raise BenchError(f"load generator exited during {command['cmd']!r}:\n{self.tail()}")
+        if "error" in reply:
+            raise BenchError(f"load generator: {reply['error']}")
+        return reply
+
+    def stop(self, grace: float = 5.0, sig: int = signal.SIGTERM) -> int | None:
+        if self.alive() and self.popen.stdin is not None:
+            with contextlib.suppress(OSError, BenchError):
+                self.popen.stdin.write(b'{"cmd": "quit"}\n')
+                self.popen.stdin.flush()
+                self.popen.wait(3)
+        return super().stop(grace, sig)
+
+
+def fmt_errors(errors: dict[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in sorted(errors.items()) if count) or "0"
+
+
+# --------------------------------------------------------------------------
+# Scenarios
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    quick: bool
+    window_s: float
+    warmup_s: float
+    processes: int
+    server_module: str
+    server_env: dict[str, str]
+    app_dir: Path
+    max_broker_conns: int
+    batch: int
+    out_dir: Path
+    run_id: str
+    bootstrap: str
+    broker_port: int
+    broker_pid: int | None
+
+
+class Scenario:
+    """One topic, one route, one fresh server; everything it starts is stopped by `close()`."""
+
+    def __init__(self, opts: Options, name: str, *, start: str, server_env: dict[str, str] | None = None) -> None:
+        self.opts = opts
+        self.name = name
+        slug = name.replace(" ", "-")
+        self.topic = f"bench-{opts.run_id}-{slug}"
+        self.path = f"/bench/{opts.run_id}/{slug}"
+        self.route = self.topic
+        self.port = free_port()
+        self.procs: list[Proc] = []
+        self.server: Proc | None = None
+        self.loadgen: LoadGen | None = None
+        self.producer: Proc | None = None
+        self.guard_tripped: str | None = None
+        self.max_broker_conns = 0
+        self._guard_stop = threading.Event()
+        self._guard: threading.Thread | None = None
+        self.server_env = {**opts.server_env, **(server_env or {})}
+        self.start = start
+
+    # set-up ---------------------------------------------------------------
+
+    def open(self) -> None:
+        create_topic(self.opts.bootstrap, self.topic)
+        put_route(self.route, self.path, self.topic, self.start)
+        self.start_server()
+
+    def log_path(self, what: str) -> Path:
+        return self.opts.out_dir / f"{self.topic}-{what}.log"
+
+    def start_server(self) -> None:
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.local"),
+            "DJANGO_DEBUG": "0",
+            "LOG_LEVEL": "WARNING",
+            "PYTHONUNBUFFERED": "1",
+            **self.server_env,
+        }
+        if self.opts.processes == 1:
+            endpoint = f"tcp:port={self.port}:interface=127.0.0.1:backlog=4096"
+            argv = [PY, "-m", self.opts.server_module, "-v", "0", "-e", endpoint, "config.asgi:application"]
+        else:
+            env |= {
+                "WEB_HOST": "127.0.0.1",
+                "WEB_PORT": str(self.port),
+                "WEB_PROCESSES": str(self.opts.processes),
+                "WEB_BACKLOG": "4096",
+                "WEB_TLS_PORT": "off",  # plain HTTP only; stock daphne (a --server-module) has no --tls-fd
+                "WEB_SERVER_MODULE": self.opts.server_module,
+                "WEB_DAPHNE_ARGS": "-v 0",
+            }
+            web = self.opts.app_dir / "platform" / "web.py"  # its workers run the code beside it
+            if not web.exists():
+                raise BenchError(f"--processes {self.opts.processes} needs {web}")
+            argv = [PY, str(web)]
+        self.server = self.spawn(Proc("server", argv, log_path=self.log_path("server"), env=env, cwd=self.opts.app_dir))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if not self.server.alive():
+                raise BenchError(f"server exited with {self.server.popen.returncode}:\n{self.server.tail()}")
+            if self.health(limit_s=1.0) is not None and len(self.server_pids()) == self.opts.processes:
+                return
+            time.sleep(0.2)
+        raise BenchError(f"server not ready within 60s:\n{self.server.tail()}")
+
+    def spawn(self, proc: Proc) -> Proc:
+        self.procs.append(proc)
+        return proc
+
+    def ask(self, command: dict[str, Any], limit_s: float) -> dict[str, Any]:
+        """A load generator command; fails the scenario once the guard has tripped or the server has died."""
+        assert self.loadgen is not None
+        reply = self.loadgen.ask(command, limit_s)
+        if self.guard_tripped:
+            raise BenchError(self.guard_tripped)
+        if self.server is not None and not self.server.alive():
+            raise BenchError(f"server exited with {self.server.popen.returncode}:\n{self.server.tail()}")
+        return reply
+
+    def start_loadgen(self) -> LoadGen:
+        self.loadgen = LoadGen(self.port, self.log_path("loadgen"))
+        self.procs.append(self.loadgen)
+        return self.loadgen
+
+    def start_producer(self, rate: float, *, count: int = 0, wait_s: float = 20.0) -> Proc:
+        argv = [PY, str(BENCH / "producer.py"), "--bootstrap", self.opts.bootstrap, "--topic", self.topic]
+        argv += ["--rate", str(rate), "--partitions", str(PARTITIONS), "--size", str(MESSAGE_BYTES)]
+        argv += ["--count", str(count), "--linger-ms", "5"]
+        self.producer = self.spawn(Proc("producer", argv, log_path=self.log_path("producer")))
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if '"ready"' in self.producer.log_path.read_text(errors="replace"):
+                return self.producer
+            if not self.producer.alive():
+                raise BenchError(f"producer exited early:\n{self.producer.tail()}")
+            time.sleep(0.05)
+        raise BenchError(f"producer sent nothing within {wait_s:.0f}s:\n{self.producer.tail()}")
+
+    # readings ---------------------------------------------------------------
+
+    def server_pids(self) -> list[int]:
+        if self.server is None or not self.server.alive():
+            return []
+        return [self.server.pid] if self.opts.processes == 1 else children(self.server.pid)
+
+    def kafka_pids(self) -> list[int]:
+        pids = [self.producer.pid] if self.producer is not None and self.producer.alive() else []
+        return pids + ([self.opts.broker_pid] if self.opts.broker_pid else [])
+
+    def health(self, limit_s: float = 5.0) -> dict[str, Any] | None:
+        url = f"http://127.0.0.1:{self.port}/-/health"
+        try:
+            with urllib.request.urlopen(url, timeout=limit_s) as response:
+                body: dict[str, Any] = json.loads(response.read())
+                return body
+        except (OSError, ValueError, urllib.error.URLError):
+            return None
+
+    def broker_conns(self) -> int:
+        return connections_to(self.server_pids(), self.opts.broker_port)
+
+    # the guard: a benchmark must not take the shared broker down --------------
+
+    def guard(self) -> None:
+        def watch() -> None:
+            while not self._guard_stop.wait(0.5):
+                conns = self.broker_conns()
+                self.max_broker_conns = max(self.max_broker_conns, conns)
+                limit = self.opts.max_broker_conns
+                if limit and conns > limit and self.guard_tripped is None:
+                    self.guard_tripped = (
+                        f"aborted: the server held {conns} connections to the broker (> --max-broker-connections "
+                        f"{limit}), i.e. Kafka consumers per client; it was killed to protect the shared broker"
+                    )
+                    log(self.guard_tripped)
+                    for pid in self.server_pids():
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                    if self.server is not None:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(self.server.pid, signal.SIGKILL)
+
+        self._guard = threading.Thread(target=watch, daemon=True)
+        self._guard.start()
+
+    # tear-down --------------------------------------------------------------
+
+    def close(self) -> None:
+        self._guard_stop.set()
+        if self._guard is not None:
+            self._guard.join(5)
+        for proc in reversed(self.procs):
+            proc.stop()
+        with contextlib.suppress(Exception):
+            delete_route(self.route)
+        with contextlib.suppress(Exception):
+            delete_topic(self.opts.bootstrap, self.topic)
+
+
+# --------------------------------------------------------------------------
+# Kafka and Django helpers
+# --------------------------------------------------------------------------
+
+
+def create_topic(bootstrap: str, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "bench"})
+    futures = admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)])
+    try:
+        futures[name].result(timeout=20)
+    except Exception as exc:
+        raise BenchError(f"cannot create topic {name}: {exc}") from exc
+
+
+def delete_topic(bootstrap: str, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "bench"})
+    admin.delete_topics([name], operation_timeout=10)[name].result(timeout=15)
+
+
+def put_route(name: str, path: str, topic: str, start: str) -> None:
+    from bindings.services import do_put_route  # noqa: PLC0415  (needs django.setup() first)
+
+    do_put_route(name=name, path=path, topic=topic, start=start)
+
+
+def delete_route(name: str) -> None:
+    from bindings.services import do_delete_route  # noqa: PLC0415  (needs django.setup() first)
+
+    do_delete_route(name)
+
+
+def load_services_env() -> None:
+    """The embedded services' URLs: from the environment (with-services.sh), else var/services.env."""
+    needed = ("DATABASE_URL", "REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")
+    env_file = ROOT / "var" / "services.env"
+    if not all(os.environ.get(k) for k in needed) and env_file.exists():
+        for line in env_file.read_text().splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() in needed:
+                os.environ.setdefault(key.strip(), value.strip())
+    missing = [k for k in needed if not os.environ.get(k)]
+    if missing:
+        sys.exit(
+            f"{tool()}: {', '.join(missing)} unset and no var/services.env: run through "
+            f"`platform/with-services.sh -- .venv/bin/python bench/{tool()}.py` (or `make services-up` first)"
+        )
+
+
+def setup_django() -> None:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    django.setup()
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def broker_pid(port: int) -> int | None:
+    pid_file = ROOT / "var" / "kafka" / "tansu.pid"
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(pid_file.read_text().split()[0])
+        if cpu_ticks(pid) is not None and connections_listening(pid, port):
+            return pid
+    return None
+
+
+def connections_listening(pid: int, port: int) -> bool:
+    inodes = socket_inodes([pid])
+    with contextlib.suppress(OSError), open("/proc/net/tcp") as lines:
+        for line in list(lines)[1:]:
+            parts = line.split()
+            if parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port and parts[9] in inodes:
+                return True
+    return False
+
+
+def tool() -> str:
+    """The benchmark running (fanout, soak), for messages and file names."""
+    return Path(sys.argv[0]).stem or "bench"
+
+
+def add_server_args(parser: argparse.ArgumentParser, *, processes: int) -> None:
+    """The options of the server under test and of the guard, the same in every benchmark."""
+    parser.add_argument(
+        "--processes", type=int, default=processes, help=f"web processes (>1 runs platform/web.py; default {processes})"
+    )
+    parser.add_argument(
+        "--server-module",
+        default="streams.server",
+        help="the server runs as `python -m MODULE` (default streams.server: daphne with flow control)",
+    )
+    parser.add_argument(
+        "--server-env", action="append", default=[], metavar="NAME=VALUE", help="extra server environment"
+    )
+    parser.add_argument("--app-dir", type=Path, default=ROOT, help="the checkout the server runs (default: this one)")
+    parser.add_argument(
+        "--max-broker-connections",
+        type=int,
+        default=3000,
+        help="kill the server and abort the scenario past this many server->broker connections\n"
+        "(default 3000; protects the shared embedded broker, whose file limit is 20 000; 0 = no limit)",
+    )
+    parser.add_argument("--batch", type=int, default=200, help="connections opened at once while connecting")
+
+
+def make_options(args: argparse.Namespace, *, window_s: float = 0.0, warmup_s: float = 0.0) -> Options:
+    """The run's options, from the arguments `add_server_args` declared (Django set up first)."""
+    bootstrap: str = settings.KAFKA.bootstrap_servers
+    first = bootstrap.split(",", maxsplit=1)[0]
+    if first.rsplit(":", 1)[0] not in {"127.0.0.1", "localhost"}:
+        sys.exit(f"{tool()}: the broker {first} is not on 127.0.0.1; this benchmark only talks to the local one")
+    broker_port = int(first.rsplit(":", 1)[1])
+    out_dir = ROOT / "var" / "bench"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return Options(
+        quick=args.quick,
+        window_s=window_s,
+        warmup_s=warmup_s,
+        processes=args.processes,
+        server_module=args.server_module,
+        server_env=dict(kv.split("=", 1) for kv in args.server_env),
+        app_dir=args.app_dir.resolve(),
+        max_broker_conns=args.max_broker_connections,
+        batch=args.batch,
+        out_dir=out_dir,
+        run_id=dt.datetime.now().strftime("%m%d%H%M%S"),
+        bootstrap=bootstrap,
+        broker_port=broker_port,
+        broker_pid=broker_pid(broker_port),
+    )
