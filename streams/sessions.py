@@ -58,6 +58,8 @@ class Sessions:
         self.streams: set[GuardedStream] = set()
         self.renewed = 0
         self._listener: asyncio.Task[None] | None = None
+        # Whether the listener has lost the group and not joined it again: a broadcast would not reach this process.
+        self._deaf = False
         # Whether an operator revoked a token of a guard (streams/revocations.py): such a token renews nothing.
         self.is_revoked: Callable[[str, Session], bool] = lambda guard, session: False
 
@@ -103,10 +105,18 @@ class Sessions:
             if isinstance(token, str) and self.streams:
                 await self.reauthorize(token)
 
-        await listen(REAUTHORIZE_GROUP, heard)
+        def lost() -> None:
+            self._deaf = True
+
+        def joined() -> None:
+            self._deaf = False
+
+        await listen(REAUTHORIZE_GROUP, heard, on_error=lost, on_rejoin=joined)
 
     async def broadcast(self, token: str) -> None:
-        """Hand a challenge response's token to every process (this one included)."""
+        """Hand a challenge response's token to every process (this one included). If the layer cannot take it, or
+        this process's listener has not joined the group again since Redis came back, renew this process's streams
+        here: a renewal heard twice extends nothing more."""
         layer = get_channel_layer()
         if layer is None:
             await self.reauthorize(token)
@@ -115,4 +125,7 @@ class Sessions:
             await layer.group_send(REAUTHORIZE_GROUP, {"type": "streams.reauthorize", "token": token})
         except Exception:
             log.warning("could not broadcast a challenge response; renewing this process's streams only", exc_info=True)
+            await self.reauthorize(token)
+            return
+        if self._deaf:
             await self.reauthorize(token)
