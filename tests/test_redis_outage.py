@@ -99,3 +99,26 @@ def test_challenge_responses_renew_streams_while_redis_is_cut_and_as_soon_as_it_
         past_expiry(second)
         produce(topic, b"three")
         assert stream.next_event(timeout=5).text == "three"  # the next event: nothing lost or repeated
+
+
+def test_a_challenge_response_renews_the_stream_when_redis_is_silent(
+    behind_a_cuttable_redis: tuple[DaphneServer, TcpProxy],
+    new_topic: Callable[..., str],
+    produce: Callable[..., tuple[int, int]],
+) -> None:
+    """Redis unanswering rather than gone (a partition): the broadcast waits a bounded time, then this process
+    renews its own streams before the old token expires."""
+    server, proxy = behind_a_cuttable_redis
+    guard, topic = unique("jwt"), new_topic()
+    do_put_guard(**guard_fields(guard, challenge_s=2))
+    name = unique("renew")
+    do_put_route(name=name, path=f"/{name}", topic=topic, guarded={guard: ["read"]})
+    first = token("alice", expires_in=4)
+    with EventStream(f"{server.url}/{name}", headers={"authorization": f"Bearer {first}"}, timeout=20) as stream:
+        assert stream.next_event(timeout=5).event == "challenge"
+        proxy.stall()
+        answer_challenge(server, f"/{name}", token("alice", expires_in=60))
+        past_expiry(first)
+        produce(topic, b"after the first token expired")
+        assert stream.next_event(timeout=5).text == "after the first token expired"
+        proxy.restore()
