@@ -30,6 +30,9 @@ from streams.listen import listen
 log = logging.getLogger(__name__)
 
 REAUTHORIZE_GROUP = "streams.reauthorize"
+# How long a broadcast may wait on Redis: one that does not answer (a partition rather than a refusal) would hold a
+# renewal past the old token's expiry, as the layer's connections have no timeout of their own.
+BROADCAST_TIMEOUT_S = 1.0
 CHALLENGE_CONTENT_TYPE = b"application/x-challenge-response"
 CHALLENGE_EVENT = (
     b'event:challenge\ndata:{"method":"POST","headers":{"content-type":"application/x-challenge-response"}}\n\n'
@@ -58,6 +61,8 @@ class Sessions:
         self.streams: set[GuardedStream] = set()
         self.renewed = 0
         self._listener: asyncio.Task[None] | None = None
+        # Whether the listener has lost the group and not joined it again: a broadcast would not reach this process.
+        self._deaf = False
         # Whether an operator revoked a token of a guard (streams/revocations.py): such a token renews nothing.
         self.is_revoked: Callable[[str, Session], bool] = lambda guard, session: False
 
@@ -103,16 +108,28 @@ class Sessions:
             if isinstance(token, str) and self.streams:
                 await self.reauthorize(token)
 
-        await listen(REAUTHORIZE_GROUP, heard)
+        def lost() -> None:
+            self._deaf = True
+
+        def joined() -> None:
+            self._deaf = False
+
+        await listen(REAUTHORIZE_GROUP, heard, on_error=lost, on_rejoin=joined)
 
     async def broadcast(self, token: str) -> None:
-        """Hand a challenge response's token to every process (this one included)."""
+        """Hand a challenge response's token to every process (this one included). If the layer cannot take it
+        within BROADCAST_TIMEOUT_S, or this process's listener has not joined the group again since Redis came
+        back, renew this process's streams here: a renewal heard twice extends nothing more."""
         layer = get_channel_layer()
         if layer is None:
             await self.reauthorize(token)
             return
         try:
-            await layer.group_send(REAUTHORIZE_GROUP, {"type": "streams.reauthorize", "token": token})
+            message = {"type": "streams.reauthorize", "token": token}
+            await asyncio.wait_for(layer.group_send(REAUTHORIZE_GROUP, message), BROADCAST_TIMEOUT_S)
         except Exception:
             log.warning("could not broadcast a challenge response; renewing this process's streams only", exc_info=True)
+            await self.reauthorize(token)
+            return
+        if self._deaf:
             await self.reauthorize(token)

@@ -226,7 +226,8 @@ class TcpProxy:
     """Forward 127.0.0.1:`port` to 127.0.0.1:`target_port`, with `cut()` to simulate a network outage.
 
     An asyncio loop in a thread of its own. While cut, current connections are reset and new ones are accepted
-    and reset at once: clients see a broker that went away (and reconnect with backoff), not a hang.
+    and reset at once: clients see a broker that went away (and reconnect with backoff), not a hang. While
+    stalled (`stall()`), every connection stays open and carries nothing: a peer gone silent, which is a hang.
     """
 
     CHUNK = 65536
@@ -235,6 +236,7 @@ class TcpProxy:
         self.target_port = target_port
         self.max_connections = max_connections
         self._cut = False
+        self._stalled = False
         self._links: set[Link] = set()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="tcp-proxy", daemon=True)
@@ -266,8 +268,19 @@ class TcpProxy:
 
         self._run(cut)
 
+    def stall(self) -> None:
+        """Drop every byte either way, connections kept open and new ones accepted, until `restore()`."""
+
+        def stall() -> None:
+            self._stalled = True
+
+        self._run(stall)
+
     def restore(self) -> None:
         def restore() -> None:
+            if self._stalled:  # bytes were dropped mid-stream: no connection can go on
+                self._stalled = False
+                self._reset_all()
             self._cut = False
 
         self._run(restore)
@@ -301,6 +314,9 @@ class TcpProxy:
         if self._cut or len(self._links) >= self.max_connections:
             _reset(writer)
             return
+        if self._stalled:
+            await self._swallow(reader, writer)
+            return
         try:
             up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(HOST, self.target_port), 5)
         except (OSError, TimeoutError):
@@ -319,10 +335,25 @@ class TcpProxy:
             _reset(writer)
             _reset(up_writer)
 
+    async def _swallow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A connection accepted while stalled: read and drop until it goes (or is reset)."""
+        link = (writer, writer)
+        self._links.add(link)
+        try:
+            while await reader.read(self.CHUNK):
+                pass
+        except OSError:
+            pass
+        finally:
+            self._links.discard(link)
+            _reset(writer)
+
     async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
         # Kafka never half-closes: when one side ends, the whole link goes.
         try:
             while data := await source.read(self.CHUNK):
+                if self._stalled:
+                    continue
                 sink.write(data)
                 await sink.drain()
         except (OSError, asyncio.IncompleteReadError):
