@@ -167,7 +167,7 @@ class SharedWrites:
         """The task's read: shared with the streams of the topic in the same position (a storm of resumes)."""
         if self.behind:
             return self._read_cache()
-        return self.reader.read_shared(self.state.reads, self.label, self.loop.time())
+        return self.reader.read_shared(self.state.reads, self.label, self.loop.time(), self.log)
 
 
 class Pump(SharedWrites):

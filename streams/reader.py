@@ -14,6 +14,7 @@ import enum
 from config.kafka import KafkaSettings
 from streams.cache import Cache
 from streams.consumer_host import ConsumerLost
+from streams.delivery_log import DeliverySink
 from streams.hub import TopicState
 from streams.kafka import HistoricalReader, Record
 from streams.shared_reads import Read, SharedReads
@@ -73,9 +74,10 @@ class StreamReader:
             return None
         return (self.subscription.options, tuple(self.cursors.items()), tuple(self.subscription.progress.items()))
 
-    def read_shared(self, reads: SharedReads, label: str, now: float) -> bytes:
+    def read_shared(self, reads: SharedReads, label: str, now: float, log: DeliverySink | None) -> bytes:
         """`read_cache`, taken from a stream of the topic that read from the same position a moment ago, if one
-        did; else read, and kept for those that come next."""
+        did; else read, and kept for those that come next. What is taken is counted in `log` here; what is read,
+        by the caller, as any read."""
         position = self.shared_key()
         if position is None:
             return self.read_cache()
@@ -83,15 +85,22 @@ class StreamReader:
         read = reads.get(key, now)
         if read is not None:
             self.cursors = dict(read.cursors)
-            self.subscription.take(read.position, read.delivered, read.batch)
+            self.subscription.take(read.position, read.delivered)
+            if log is not None and read.log is log:
+                reads.taken(read)
+            elif log is not None:
+                log.delivered(label, self.topic, read.batch, 1)
             return read.data
         subscription = self.subscription
         before, logged = subscription.delivered, subscription.batch_length()
         data = self.read_cache()
         if data:
             batch = tuple(subscription.batch[logged:]) if subscription.batch is not None else ()
-            read = Read(now, data, dict(self.cursors), subscription.position(), subscription.delivered - before, batch)
-            reads.put(key, read)
+            delivered = subscription.delivered - before
+            position_after = subscription.position()
+            reads.put(
+                key, Read(now, label, self.topic, data, dict(self.cursors), position_after, delivered, batch, log)
+            )
         return data
 
     def read_cache(self, *, conflate: bool = False) -> bytes:

@@ -17,10 +17,12 @@ reads.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from streams.delivery_log import DeliverySink
 from streams.kafka import Record
 from streams.subscription import Position
 
@@ -33,11 +35,14 @@ class Read:
     """What one read from a position wrote, and where its stream stood after it."""
 
     at: float  # the loop's time when it was read
+    label: str  # the route
+    topic: str
     data: bytes
     cursors: dict[int, int]  # next offset to read, per partition
     position: Position  # the subscription's, after the read
     delivered: int  # events it wrote
     batch: tuple[tuple[Record, int], ...]  # each with its size, for the delivery log
+    log: DeliverySink | None  # where the first stream counted it
 
     def size(self) -> int:
         return len(self.data) + 64 * len(self.batch)
@@ -49,6 +54,7 @@ class SharedReads:
         self.bytes = 0
         self.hits = 0
         self._reads: OrderedDict[Hashable, Read] = OrderedDict()  # oldest first
+        self._taken: dict[int, tuple[Read, int]] = {}  # reads taken during this turn of the loop, and how often
 
     def __len__(self) -> int:
         return len(self._reads)
@@ -69,6 +75,20 @@ class SharedReads:
         while self.bytes > self.max_bytes:
             self._drop(next(iter(self._reads)))
         self.expire(read.at)
+
+    def taken(self, read: Read) -> None:
+        """Another stream wrote `read`: counted in its log with the others that take it during this turn of the
+        loop, as one write to that many clients (the per-event work of counting is done once, not per client)."""
+        entry = self._taken.get(id(read))
+        if entry is None and not self._taken:
+            asyncio.get_running_loop().call_soon(self._count)
+        self._taken[id(read)] = (read, 1 if entry is None else entry[1] + 1)
+
+    def _count(self) -> None:
+        taken, self._taken = self._taken, {}
+        for read, clients in taken.values():
+            if read.log is not None:
+                read.log.delivered(read.label, read.topic, read.batch, clients)
 
     def expire(self, now: float) -> None:
         """Let go of the reads older than `keep_s`."""

@@ -81,15 +81,13 @@ class Subscription:
     def position(self) -> Position:
         return Position(dict(self.progress), dict(self._parts), self._text)
 
-    def take(self, position: Position, delivered: int, batch: Iterable[tuple[Record, int]] = ()) -> None:
-        """Stand at `position`, reached by feeding what this one would have been fed: `delivered` events, each of
-        `batch` (logged when batches are kept)."""
+    def take(self, position: Position, delivered: int) -> None:
+        """Stand at `position`, reached by feeding what this one would have been fed: `delivered` events (which
+        whoever hands the position over counts in the delivery log)."""
         self.progress = dict(position.progress)
         self._parts = dict(position.parts)
         self._text = position.text
         self.delivered += delivered
-        if self.batch is not None:
-            self.batch.extend(batch)
 
     def batch_length(self) -> int:
         return 0 if self.batch is None else len(self.batch)

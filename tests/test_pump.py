@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from bindings.selectors import FilterSpec
 from streams import sse
+from streams.delivery_log import Batch
 from streams.filters import compile_filters
 from streams.kafka import ReaderStats
 from streams.pump import Phase
@@ -148,14 +149,28 @@ def test_streams_resuming_from_the_same_id_share_their_catch_up_reads(
         wait_until(lambda: len(live.values) == 6)
         reads = hub.topics[topic].reads
         assert len(reads) == 0  # the live stream was written to by the fan-out, not by catch-up reads
-        resumed = [streams(topic, last_event_id=resume_from) for _ in range(5)]
+        log = CountingLog()
+        resumed = [streams(topic, last_event_id=resume_from, log=log) for _ in range(5)]
         wait_until(lambda: all(stream.values == ["1", "2", "3", "4", "5"] for stream in resumed))
         assert {tuple(e.id for e in stream.events) for stream in resumed} == {tuple(e.id for e in live.events[1:])}
         assert reads.hits == 4  # the first read, the other four took it
         assert all(stream.pump.subscription.delivered == 5 for stream in resumed)
+        wait_until(lambda: log.events == 5 * 5)  # the takers are counted too, each event once per client
         produce(topic, b"6")  # and each goes on from where the shared read left it
         wait_until(lambda: all(stream.values[-1] == "6" and len(stream.values) == 6 for stream in resumed))
         assert {stream.last_id for stream in resumed} == {live.last_id}
+
+
+class CountingLog:
+    """A delivery sink that counts the events it is told of, times the clients they went to."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.events = 0
+
+    def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1) -> None:
+        self.events += len(batch) * clients
 
 
 def test_a_kept_read_expires_and_the_reads_stay_within_their_budget() -> None:
@@ -163,7 +178,7 @@ def test_a_kept_read_expires_and_the_reads_stay_within_their_budget() -> None:
     position = Position({0: 1}, {0: b"\x00\x02"}, None)
 
     def read(at: float, size: int) -> Read:
-        return Read(at, b"x" * size, {0: 1}, position, 1, ())
+        return Read(at, "route", "topic", b"x" * size, {0: 1}, position, 1, (), None)
 
     reads.put("a", read(0.0, 400))
     reads.put("b", read(1.0, 400))
