@@ -32,6 +32,10 @@ Settings (environment):
     (the Kafka fetcher, the delivery-log writer, the threads of ``sync_to_async``) may otherwise get an arena of
     its own, each keeping what it freed; with two, a worker's memory returns closer to its size before a load
     (docs/operations.md, "Memory").
+``PYTHONMALLOC``
+    ``malloc`` for the workers unless set: every Python object from glibc, whose free pages an idle worker hands
+    back (``malloc_trim``); with Python's own small-object allocator a worker kept a quarter more than its size
+    before a load, and the fan-out measured no slower without it (docs/benchmarks.md, "Soak").
 ``PROMETHEUS_MULTIPROC_DIR``
     where the workers keep their metrics for ``/metrics`` to merge (default: a new directory under
     ``var/metrics/``, removed at exit). Its files are cleared at start; a dead worker's live gauges are removed.
@@ -88,6 +92,7 @@ RESTART_WINDOW_S = 60.0
 STOP_GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1
 MALLOC_ARENA_MAX = "2"
+PYTHONMALLOC = "malloc"
 
 
 def log(message: str) -> None:
@@ -196,7 +201,8 @@ class Supervisor:
             fds.append(self.https.sock.fileno())
             argv += self.https.argv()
         argv += [*self.argv_tail, APPLICATION]
-        env = {"MALLOC_ARENA_MAX": MALLOC_ARENA_MAX, **os.environ}  # read by glibc at start: set, not changed later
+        # Read by glibc and Python at start: set here, never changed later. An operator's own values win.
+        env = {"MALLOC_ARENA_MAX": MALLOC_ARENA_MAX, "PYTHONMALLOC": PYTHONMALLOC, **os.environ}
         # preexec_fn is safe here: this process has a single thread.
         worker = subprocess.Popen(
             argv,

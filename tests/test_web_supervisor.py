@@ -70,12 +70,16 @@ def test_a_worker_keeps_what_it_loaded_out_of_the_collectors_full_passes(
     assert frozen > 50_000  # Django, Twisted and the application
 
 
-def test_workers_run_with_two_malloc_arenas(web: tuple[subprocess.Popen[bytes], int]) -> None:
-    """Fewer glibc arenas keep less freed memory (docs/operations.md, "Memory"); an operator's own value wins."""
+def test_workers_run_with_two_malloc_arenas_and_glibcs_allocator(web: tuple[subprocess.Popen[bytes], int]) -> None:
+    """Fewer glibc arenas, and every object from glibc, keep less freed memory (docs/operations.md, "Memory"); an
+    operator's own values win."""
     process, _port = web
-    wanted = os.environ.get("MALLOC_ARENA_MAX", "2").encode()
+    arenas = os.environ.get("MALLOC_ARENA_MAX", "2").encode()
+    allocator = os.environ.get("PYTHONMALLOC", "malloc").encode()
     workers = children(process.pid)
     assert len(workers) == 2
     for pid in workers:
         with open(f"/proc/{pid}/environ", "rb") as environ:
-            assert b"MALLOC_ARENA_MAX=" + wanted in environ.read().split(b"\0")
+            variables = environ.read().split(b"\0")
+        assert b"MALLOC_ARENA_MAX=" + arenas in variables
+        assert b"PYTHONMALLOC=" + allocator in variables
