@@ -81,7 +81,7 @@ class StreamReader:
         position = self.shared_key()
         if position is None:
             return self.read_cache()
-        key = (label, *position)
+        key = (label, log is None, *position)  # a read by a stream that logs nothing has no batch to count
         read = reads.get(key, now)
         if read is not None:
             self.cursors = dict(read.cursors)

@@ -161,6 +161,27 @@ def test_streams_resuming_from_the_same_id_share_their_catch_up_reads(
         assert {stream.last_id for stream in resumed} == {live.last_id}
 
 
+def test_a_stream_that_logs_does_not_take_the_read_of_one_that_logs_nothing(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    """A read by a stream without a delivery log keeps no batch: a stream with one reads (and counts) for itself."""
+    topic = new_topic()
+    with running_hub(loop_thread) as (_hub, streams):
+        live = streams(topic, start=LIVE)
+        produce(topic, b"0")
+        wait_until(lambda: live.values == ["0"])
+        resume_from = live.last_id
+        for index in range(1, 4):
+            produce(topic, b"%d" % index)
+        wait_until(lambda: len(live.values) == 4)
+        unlogged = streams(topic, last_event_id=resume_from)
+        wait_until(lambda: unlogged.values == ["1", "2", "3"])
+        log = CountingLog()
+        logged = streams(topic, last_event_id=resume_from, log=log)
+        wait_until(lambda: logged.values == ["1", "2", "3"])
+        wait_until(lambda: log.events == 3)
+
+
 class CountingLog:
     """A delivery sink that counts the events it is told of, times the clients they went to."""
 
