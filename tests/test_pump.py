@@ -140,13 +140,7 @@ def test_streams_resuming_from_the_same_id_share_their_catch_up_reads(
     missed; the others take that read, bytes, position and all, and every one goes on alike."""
     topic = new_topic()
     with running_hub(loop_thread) as (hub, streams):
-        live = streams(topic, start=LIVE)
-        produce(topic, b"0")
-        wait_until(lambda: live.values == ["0"])
-        resume_from = live.last_id
-        for index in range(1, 6):
-            produce(topic, b"%d" % index)
-        wait_until(lambda: len(live.values) == 6)
+        live, resume_from = missed_after_first(streams, topic, produce, missed=5)
         reads = hub.topics[topic].reads
         assert len(reads) == 0  # the live stream was written to by the fan-out, not by catch-up reads
         log = CountingLog()
@@ -167,19 +161,27 @@ def test_a_stream_that_logs_does_not_take_the_read_of_one_that_logs_nothing(
     """A read by a stream without a delivery log keeps no batch: a stream with one reads (and counts) for itself."""
     topic = new_topic()
     with running_hub(loop_thread) as (_hub, streams):
-        live = streams(topic, start=LIVE)
-        produce(topic, b"0")
-        wait_until(lambda: live.values == ["0"])
-        resume_from = live.last_id
-        for index in range(1, 4):
-            produce(topic, b"%d" % index)
-        wait_until(lambda: len(live.values) == 4)
+        _live, resume_from = missed_after_first(streams, topic, produce, missed=3)
         unlogged = streams(topic, last_event_id=resume_from)
         wait_until(lambda: unlogged.values == ["1", "2", "3"])
         log = CountingLog()
         logged = streams(topic, last_event_id=resume_from, log=log)
         wait_until(lambda: logged.values == ["1", "2", "3"])
         wait_until(lambda: log.events == 3)
+
+
+def missed_after_first(
+    streams: Callable[..., OpenStream], topic: str, produce: Produce, *, missed: int
+) -> tuple[OpenStream, str | None]:
+    """A live stream that got record "0" and then `missed` more ("1", ...); returns it and the id just after "0"."""
+    live = streams(topic, start=LIVE)
+    produce(topic, b"0")
+    wait_until(lambda: live.values == ["0"])
+    resume_from = live.last_id
+    for index in range(1, missed + 1):
+        produce(topic, b"%d" % index)
+    wait_until(lambda: len(live.values) == missed + 1)
+    return live, resume_from
 
 
 class CountingLog:
