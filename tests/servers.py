@@ -1,4 +1,4 @@
-"""Real processes the integration tests start themselves: daphne, a second tansu broker, a cuttable TCP proxy.
+"""Real processes the integration tests start themselves: daphne, Apache Kafka brokers, a cuttable TCP proxy.
 
 Not a conftest: test modules import what they need. Nothing here imports `tests.conftest` (conftest imports
 this module).
@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -21,8 +22,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 from django.conf import settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +35,7 @@ STOP_GRACE_S = 10.0
 # of copies.
 sys.path.append(str(ROOT / "platform"))
 import embedded  # noqa: E402
-from embedded_kafka import Kafka  # noqa: E402
+import embedded_kafka  # noqa: E402
 
 
 def free_port() -> int:
@@ -374,82 +373,128 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 
 # --------------------------------------------------------------------------
-# A second tansu broker
+# Apache Kafka brokers of the tests' own
 # --------------------------------------------------------------------------
 
 
-def tansu_binary() -> str:
-    return str(Kafka.binary())
+def kafka_answers(bootstrap: str, brokers: int = 1) -> bool:
+    return bool(embedded_kafka.metadata_ready(bootstrap, brokers))
 
 
-def kafka_answers(bootstrap: str) -> bool:
-    client = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    try:
-        client.list_topics(timeout=2)
-    except KafkaException:
-        return False
-    return True
+class KafkaCluster:
+    """One or three KRaft nodes of Apache Kafka (broker and controller each), every node a JVM of its own.
 
+    Data under var/<name>/ (removed first, so each cluster starts empty). `kill(node_id)` and `start(node_id)`
+    break and mend single nodes; `stop()` ends them all.
+    """
 
-class TansuBroker:
-    """An in-memory tansu on 127.0.0.1:`port` that tells clients to connect to 127.0.0.1:`advertised_port`."""
-
-    def __init__(self, process: subprocess.Popen[bytes], port: int, advertised_port: int, log_path: Path) -> None:
-        self.process, self.port, self.advertised_port, self.log_path = process, port, advertised_port, log_path
+    def __init__(self, name: str, nodes: list[embedded_kafka.NodeSpec]) -> None:
+        self.name, self.nodes = name, {node.node_id: node for node in nodes}
+        self.root = VAR / name
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
     def bootstrap(self) -> str:
-        """The advertised address: what clients should bootstrap from."""
-        return f"{HOST}:{self.advertised_port}"
+        """Every node's advertised address: what clients should bootstrap from."""
+        return ",".join(node.bootstrap for node in self.nodes.values())
 
-    def stop(self, grace: float = 5.0) -> None:
-        _stop(self.process, grace)
+    def log_path(self, node_id: int) -> Path:
+        return self.root / f"kafka-{node_id}.log"
+
+    def format(self) -> None:
+        cluster_id = embedded_kafka.new_cluster_id()
+        voters = list(self.nodes.values())
+        for node in voters:
+            embedded_kafka.write_properties(node, voters)
+            embedded_kafka.format_storage(node, cluster_id)
+
+    def start(self, node_id: int) -> None:
+        """Start one node (formatted already) and return at once."""
+        self.processes[node_id] = embedded_kafka.spawn(self.nodes[node_id], self.log_path(node_id))
+
+    def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        """Send `sig` to one node and wait until it has exited."""
+        process = self.processes.pop(node_id)
+        if process.poll() is None:
+            process.send_signal(sig)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def wait_ready(self, brokers: int | None = None, timeout: float = 90.0) -> None:
+        """Until a metadata request names `brokers` brokers (all by default); fail if a node exits meanwhile."""
+        wanted = len(self.nodes) if brokers is None else brokers
+
+        def answers() -> bool:
+            for node_id, process in self.processes.items():
+                if process.poll() is not None:
+                    pytest.fail(
+                        f"Kafka node {node_id} exited with {process.returncode}:\n{_tail(self.log_path(node_id))}"
+                    )
+            return kafka_answers(self.bootstrap, wanted)
+
+        first = self.log_path(min(self.nodes))
+        _wait_for(f"{wanted} Kafka broker(s) answering", answers, timeout=timeout, log_path=first)
+
+    def stop(self, grace: float = 20.0) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            _stop(process, grace)
+        self.processes.clear()
 
 
-def start_tansu(advertised_port: int, port: int | None = None, *, log_name: str = "test-tansu") -> TansuBroker:
-    """Start a tansu listening on `port` and advertising `advertised_port`; wait until it answers there.
+def kafka_cluster(
+    name: str,
+    size: int = 1,
+    *,
+    advertised: dict[int, int] | None = None,
+    ports: dict[int, int] | None = None,
+    overrides: dict[str, str] | None = None,
+) -> KafkaCluster:
+    """Format and start `size` nodes (1 or 3) under var/`name`/; return once every broker answers.
 
-    Whatever forwards `advertised_port` to `port` (a `TcpProxy`) must be running already.
+    `advertised` maps a node id to the port its clients are told to use (a `TcpProxy` in front, which must be
+    running already and forward to `ports[node_id]`).
     """
-    port = port or free_port()
-    log_path = VAR / f"{log_name}.log"
-    log_path.parent.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in {"LISTENER_URL", "ADVERTISED_LISTENER_URL", "CLUSTER_ID"}}
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [
-                tansu_binary(), "broker",
-                "--listener-url", f"tcp://{HOST}:{port}",
-                "--advertised-listener-url", f"tcp://{HOST}:{advertised_port}",
-                "--storage-engine", "memory://tansu/",
-            ],
-            cwd=VAR, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    broker = TansuBroker(process, port, advertised_port, log_path)
-
-    def answers() -> bool:
-        if process.poll() is not None:
-            pytest.fail(f"tansu exited with {process.returncode}:\n{_tail(log_path)}")
-        return kafka_answers(broker.bootstrap)
-
+    root = VAR / name
+    shutil.rmtree(root, ignore_errors=True)
+    nodes = [
+        embedded_kafka.NodeSpec(
+            node_id=node_id,
+            port=(ports or {}).get(node_id) or free_port(),
+            controller_port=free_port(),
+            data_dir=root / f"data-{node_id}",
+            advertised_port=(advertised or {}).get(node_id),
+            overrides=overrides or {},
+        )
+        for node_id in range(1, size + 1)
+    ]
+    cluster = KafkaCluster(name, nodes)
+    cluster.format()
+    for node_id in cluster.nodes:
+        cluster.start(node_id)
     try:
-        _wait_for("tansu answering", answers, timeout=30, log_path=log_path)
+        cluster.wait_ready()
     except BaseException:
-        broker.stop()
+        cluster.stop()
         raise
-    return broker
+    return cluster
 
 
 @contextlib.contextmanager
-def tansu_behind_proxy() -> Iterator[tuple[TansuBroker, TcpProxy]]:
-    """A fresh tansu whose every client connection (after bootstrap, too) goes through a `TcpProxy`."""
+def kafka_behind_proxy(name: str = "test-kafka-proxied") -> Iterator[tuple[KafkaCluster, TcpProxy]]:
+    """A fresh one-node Kafka whose every client connection (after bootstrap, too) goes through a `TcpProxy`."""
     port = free_port()
     proxy = TcpProxy(port)
     try:
-        broker = start_tansu(proxy.port, port)
+        cluster = kafka_cluster(name, advertised={1: proxy.port}, ports={1: port})
         try:
-            yield broker, proxy
+            yield cluster, proxy
         finally:
-            broker.stop()
+            cluster.stop()
     finally:
         proxy.close()

@@ -14,7 +14,7 @@ from streams.readiness import checks
 from streams.runtime import Runtime
 from tests.conftest import wait_until
 from tests.inprocess import LoopThread
-from tests.servers import DaphneServer, TansuBroker, TcpProxy, start_daphne, tansu_behind_proxy
+from tests.servers import DaphneServer, KafkaCluster, TcpProxy, kafka_behind_proxy, start_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,8 +31,8 @@ def test_a_live_process_answers_healthz_and_a_ready_one_readyz(daphne_url: str) 
 
 
 @pytest.fixture
-def behind_a_cuttable_line() -> Iterator[tuple[DaphneServer, TansuBroker, TcpProxy]]:
-    with tansu_behind_proxy() as (broker, proxy):
+def behind_a_cuttable_line() -> Iterator[tuple[DaphneServer, KafkaCluster, TcpProxy]]:
+    with kafka_behind_proxy() as (broker, proxy):
         server = start_daphne({"KAFKA_BOOTSTRAP_SERVERS": proxy.address}, log_name="test-daphne-probes")
         try:
             yield server, broker, proxy
@@ -45,7 +45,7 @@ def readyz(server: DaphneServer) -> httpx.Response:
 
 
 def test_readyz_is_a_503_naming_kafka_while_it_is_unreachable_and_200_again_after(
-    behind_a_cuttable_line: tuple[DaphneServer, TansuBroker, TcpProxy],
+    behind_a_cuttable_line: tuple[DaphneServer, KafkaCluster, TcpProxy],
 ) -> None:
     server, _broker, proxy = behind_a_cuttable_line
     wait_until(lambda: readyz(server).status_code == 200, timeout=20)

@@ -1,6 +1,6 @@
 """Kafka unreachable, unknown topics and a broker outage mid-stream, against real processes.
 
-The outage runs on a tansu of its own behind a `TcpProxy`: the broker advertises the proxy's address, so every
+The outage runs on an Apache Kafka of its own behind a `TcpProxy`: the broker advertises the proxy's address, so every
 connection the platform and the producer make goes through it, and `cut()` takes the whole cluster away.
 """
 
@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bindings.services import do_put_route
 from streams.event_id import encode_progress
 from tests.conftest import unique
-from tests.servers import DaphneServer, TansuBroker, TcpProxy, free_port, start_daphne, tansu_behind_proxy
+from tests.servers import DaphneServer, KafkaCluster, TcpProxy, free_port, kafka_behind_proxy, start_daphne
 from tests.sse_client import Event, EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -66,9 +66,9 @@ def test_it_answers_404_naming_an_unknown_topic(daphne_url: str) -> None:
 
 
 @pytest.fixture
-def cluster() -> Iterator[tuple[TansuBroker, TcpProxy]]:
-    """A second, in-memory tansu behind a cuttable proxy; stopped (never its topics deleted) afterwards."""
-    with tansu_behind_proxy() as (broker, proxy):
+def cluster() -> Iterator[tuple[KafkaCluster, TcpProxy]]:
+    """A one-node Apache Kafka of the test's own behind a cuttable proxy; stopped afterwards."""
+    with kafka_behind_proxy() as (broker, proxy):
         yield broker, proxy
 
 
@@ -153,7 +153,7 @@ class BackgroundReader:
 
 
 def test_a_kafka_outage_mid_stream_keeps_the_stream_open_and_loses_nothing(
-    cluster: tuple[TansuBroker, TcpProxy],
+    cluster: tuple[KafkaCluster, TcpProxy],
 ) -> None:
     broker, proxy = cluster
     topic = create_topic(broker.bootstrap, partitions=2)
