@@ -1,19 +1,23 @@
 """What keeps a flood of requests from becoming a flood of queries: unknown paths share rate-limited route-table
-reads, and `?since=` lookups are shared and kept. The route table reads the real Postgres; the `?since=` cache is
-tested with the broker call isolated (the test broker answers every time lookup with offset 0)."""
+reads, and `?since=` lookups are shared and kept. The route table reads the real Postgres; the `?since=` cache asks
+the real broker, through a wrapper that counts the lookups."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
+from django.conf import settings as django_settings
 from django.db import connection
 
 from bindings.services import do_put_route
 from streams.cache import Cache
+from streams.kafka import KafkaUnavailableError, Metadata
 from streams.routes import OpenStreams, RouteTable
 from streams.starts import StartFinder
 from tests.conftest import unique
@@ -55,57 +59,69 @@ async def test_unknown_paths_share_one_route_table_read_per_gap_and_a_new_route_
 
 
 class CountingMetadata:
-    """Kafka's answer to a time lookup, counted."""
+    """The platform's `Metadata` over the real broker, its time lookups counted (and failed, when told to)."""
 
-    def __init__(self, answer: dict[int, int]) -> None:
-        self.answer, self.calls = answer, 0
+    def __init__(self) -> None:
+        self.real = Metadata(django_settings.KAFKA)
+        self.calls = 0
+        self.failing = False
 
     async def offsets_for_time(self, topic: str, partitions: list[int], epoch_ms: int) -> dict[int, int]:
         self.calls += 1
-        await asyncio.sleep(0.01)
-        return dict(self.answer)
+        if self.failing:
+            raise KafkaUnavailableError("the broker is unreachable")
+        return await self.real.offsets_for_time(topic, partitions, epoch_ms)
 
 
-def finder(metadata: CountingMetadata) -> tuple[StartFinder, Any]:
-    state = SimpleNamespace(name="topic", info=SimpleNamespace(partitions=[0, 1]))
+def finder(metadata: CountingMetadata, topic: str) -> tuple[StartFinder, Any]:
+    state = SimpleNamespace(name=topic, info=SimpleNamespace(partitions=[0, 1]))
     return StartFinder(metadata, Cache(1 << 20), asyncio.get_running_loop()), state  # type: ignore[arg-type]
 
 
+def timed_topic(new_topic: Callable[..., str], producer: Producer) -> tuple[str, int]:
+    """A two-partition topic whose records are stamped 1 000 ms apart from a base time; returns (topic, base)."""
+    topic, base = new_topic(partitions=2), 1_700_000_000_000
+    for index in range(6):  # partition 0: base, +2 s, +4 s; partition 1: +1 s, +3 s, +5 s
+        producer.produce(topic, value=b"v%d" % index, partition=index % 2, timestamp=base + 1000 * index)
+    assert producer.flush(10) == 0
+    return topic, base
+
+
 @pytest.mark.asyncio
-async def test_since_lookups_are_shared_and_kept_for_the_setting(settings: Any) -> None:
+async def test_since_lookups_are_shared_and_kept_for_the_setting(
+    settings: Any, new_topic: Callable[..., str], producer: Producer
+) -> None:
     settings.SSE_SINCE_CACHE_S = 1
-    metadata = CountingMetadata({0: 5, 1: 7})
-    starts, state = finder(metadata)
-    answers = await asyncio.gather(*(starts._offsets_for_time(state, 1000) for _ in range(20)))
-    assert answers == [{0: 5, 1: 7}] * 20
+    topic, base = await asyncio.to_thread(timed_topic, new_topic, producer)
+    metadata = CountingMetadata()
+    starts, state = finder(metadata, topic)
+    answers = await asyncio.gather(*(starts._offsets_for_time(state, base + 1500) for _ in range(20)))
+    assert answers == [{0: 1, 1: 1}] * 20  # +2 s on partition 0, +3 s on partition 1
     assert metadata.calls == 1  # twenty streams asking together: one lookup
-    await starts._offsets_for_time(state, 1000)
+    await starts._offsets_for_time(state, base + 1500)
     assert metadata.calls == 1  # kept
-    await starts._offsets_for_time(state, 2000)
+    assert await starts._offsets_for_time(state, base + 2500) == {0: 2, 1: 1}
     assert metadata.calls == 2  # another time, another lookup
     await asyncio.sleep(1.1)
-    await starts._offsets_for_time(state, 1000)
+    await starts._offsets_for_time(state, base + 1500)
     assert metadata.calls == 3  # older than SSE_SINCE_CACHE_S: asked again
 
 
 @pytest.mark.asyncio
-async def test_a_since_answer_of_no_record_yet_or_a_failure_is_not_kept(settings: Any) -> None:
+async def test_a_since_answer_of_no_record_yet_or_a_failure_is_not_kept(
+    settings: Any, new_topic: Callable[..., str], producer: Producer
+) -> None:
     settings.SSE_SINCE_CACHE_S = 60
-    metadata = CountingMetadata({0: 5, 1: -1})  # partition 1 has no record at that time yet: one may come
-    starts, state = finder(metadata)
-    await starts._offsets_for_time(state, 1000)
-    await starts._offsets_for_time(state, 1000)
+    topic, base = await asyncio.to_thread(timed_topic, new_topic, producer)
+    metadata = CountingMetadata()
+    starts, state = finder(metadata, topic)
+    # After +4 s, partition 1 still has a record (+5 s) but partition 0 has none yet: one may come.
+    assert await starts._offsets_for_time(state, base + 4500) == {0: -1, 1: 2}
+    await starts._offsets_for_time(state, base + 4500)
     assert metadata.calls == 2
 
-    failing = CountingMetadata({})
-
-    async def unreachable(*_: object) -> dict[int, int]:
-        failing.calls += 1
-        raise RuntimeError("broker down")
-
-    failing.offsets_for_time = unreachable  # type: ignore[method-assign,assignment]
-    starts, state = finder(failing)
+    metadata.failing = True
     for _ in range(2):
-        with pytest.raises(RuntimeError):
-            await starts._offsets_for_time(state, 1000)
-    assert failing.calls == 2
+        with pytest.raises(KafkaUnavailableError):
+            await starts._offsets_for_time(state, base + 1500)
+    assert metadata.calls == 4
