@@ -85,7 +85,7 @@ def producer() -> Iterator[Producer]:
 
 @pytest.fixture
 def produce(producer: Producer) -> Callable[..., tuple[int, int]]:
-    """Produce one record per request (so end offsets are exact on every broker); returns (partition, offset)."""
+    """Produce one record and wait for its delivery report; returns (partition, offset)."""
 
     def send(
         topic: str,

@@ -46,7 +46,7 @@ def test_the_rollup_of_a_live_servers_log_matches_what_its_clients_received(
     route = unique("logged")
     do_put_route(name=route, path=f"/{route}", topic=topic)
     for index in range(6):
-        produce(topic, f"v{index}".encode(), partition=index % 2)  # one record per request: exact end offsets
+        produce(topic, f"v{index}".encode(), partition=index % 2)
     server = start_daphne(
         {"DELIVERY_LOG_DIR": str(tmp_path), "DELIVERY_LOG_FLUSH_S": "1"}, log_name="test-daphne-analytics"
     )

@@ -73,7 +73,7 @@ def cluster() -> Iterator[tuple[KafkaCluster, TcpProxy]]:
 
 
 class AsyncProducer:
-    """Produces one record per request through the proxy; delivery is awaited separately (it may be cut)."""
+    """Produces through the proxy; delivery is awaited separately (it may be cut)."""
 
     def __init__(self, bootstrap: str) -> None:
         self.producer = Producer(
