@@ -523,7 +523,7 @@ def setup_django() -> None:
 
 
 def broker_pid(port: int) -> int | None:
-    pid_file = ROOT / "var" / "kafka" / "tansu.pid"
+    pid_file = ROOT / "var" / "kafka" / "kafka.pid"
     with contextlib.suppress(OSError, ValueError):
         pid = int(pid_file.read_text().split()[0])
         if cpu_ticks(pid) is not None and connections_listening(pid, port):
@@ -565,7 +565,7 @@ def add_server_args(parser: argparse.ArgumentParser, *, processes: int) -> None:
         type=int,
         default=3000,
         help="kill the server and abort the scenario past this many server->broker connections\n"
-        "(default 3000; protects the shared embedded broker, whose file limit is 20 000; 0 = no limit)",
+        "(default 3000; protects the shared embedded broker; 0 = no limit)",
     )
     parser.add_argument("--batch", type=int, default=200, help="connections opened at once while connecting")
 
