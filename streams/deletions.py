@@ -1,8 +1,10 @@
 """Topics deleted while streams read them: noticed, checked, and dropped, so their streams end and the others go on.
 
-Two signs lead here. The consumer reports a topic unknown (Kafka answers a fetch of a deleted topic with
-UNKNOWN_TOPIC_OR_PARTITION or UNKNOWN_TOPIC_ID); or the consumer's process died (librdkafka 2.16 crashes on
-the embedded broker's answer to such a fetch, decision 0008) and a new one started with nothing assigned.
+Three signs lead here. The topic watch (streams/topic_watch.py) finds a topic with streams gone, or under
+another topic id: on Apache Kafka the only sign, since librdkafka keeps the fetch errors of a deleted topic's
+assigned partitions to itself. The consumer reports a topic unknown (on brokers whose errors reach it). Or the
+consumer's process died (librdkafka 2.16 crashed on tansu's answer to such a fetch, decision 0008) and a new
+one started with nothing assigned.
 Either way each topic concerned is described again. One that no longer exists, or exists under another topic
 id (deleted and created again under its name), is dropped: its partitions, its cache window, its state, and
 its streams, which end (the client reconnects and gets the 404 of an unknown topic, or the new topic). Every
@@ -61,6 +63,7 @@ class Deletions:
         try:
             if await self._gone(topic):
                 self.drop(topic)
+                return  # a topic of that name streamed again later is another topic: checked afresh
             await asyncio.sleep(RECHECK_AFTER_S)
         finally:
             self._checking.discard(topic)

@@ -71,7 +71,7 @@ class Fetch:
         self.conn, self.batch_size = conn, batch_size
         self.consumer = Consumer({**config, "enable.partition.eof": True})
         self.polling: dict[Key, int] = {}  # the epoch each partition is assigned under
-        self.known: set[str] = set()  # topics in the consumer's metadata cache
+        self.known: dict[str, set[int]] = {}  # topics in the consumer's metadata cache, with their partitions
         self.in_flight = 0
         self.highs_due = 0.0
 
@@ -116,11 +116,13 @@ class Fetch:
         key = (topic, partition)
         if key in self.polling:
             self.do_unassign([key])
-        if topic not in self.known:
+        if partition not in self.known.get(topic, ()):
             # Without the topic in its metadata cache, the consumer waits for its next refresh (about a second)
-            # before fetching a newly assigned partition; asking for it now makes the first fetch immediate.
-            self.consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
-            self.known.add(topic)
+            # before fetching a newly assigned partition; asking for it now makes the first fetch immediate. A
+            # partition added to a topic it knows would wait for the periodic refresh, minutes.
+            with contextlib.suppress(KafkaException):  # unreachable: assigned all the same, fetched once it answers
+                found = self.consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S).topics.get(topic)
+                self.known[topic] = set(found.partitions) if found is not None else set()
         self.polling[key] = epoch
         self.consumer.incremental_assign([TopicPartition(topic, partition, offset)])
 
@@ -136,7 +138,8 @@ class Fetch:
         self.consumer.incremental_unassign(partitions)
         for key in mine:
             del self.polling[key]
-        self.known -= {topic for topic, _ in mine} - {topic for topic, _ in self.polling}
+        for topic in {topic for topic, _ in mine} - {topic for topic, _ in self.polling}:
+            self.known.pop(topic, None)
 
     def do_pause(self, keys: Iterable[Key]) -> None:
         if mine := self.mine(keys):

@@ -4,7 +4,7 @@ It knows each topic a stream of this process reads (partitions, cleanup policy, 
 opens a cache window per partition on first use and has the fetcher read it from there, and wakes the
 streams of a topic when records arrive. Partitions nobody reads are paused at once and dropped, cache and
 all, after `SSE_TOPIC_IDLE_S` (bootstrap topics never are). Its janitor also runs the stall watch
-(streams/watchdog.py).
+(streams/watchdog.py), and its topic watch (streams/topic_watch.py) notices topics deleted and partitions added.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -25,6 +25,7 @@ from streams.fetcher import FetchedBatch, Fetcher
 from streams.kafka import Metadata, TopicInfo, Watermarks
 from streams.shared_reads import SharedReads
 from streams.starts import Positions, StartFinder
+from streams.topic_watch import CHECK_S, TopicWatch
 from streams.watchdog import StallWatch, Watched
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,10 @@ class Subscriber(Watched, Protocol):
 
     def gone(self) -> None:
         """The topic was deleted: the stream ends (streams/deletions.py)."""
+
+    def grow(self, starts: Mapping[int, int]) -> None:
+        """Partitions were added to the topic: read them too, from `starts` (each one's first offset), and name
+        them in the ids from now on. Partitions it reads already are left as they are."""
 
 
 @dataclass
@@ -88,25 +93,29 @@ class Hub:
         self.cache = Cache(cache_bytes)
         self.fetcher = Fetcher(kafka, loop, self._on_batch)
         self.deletions = Deletions(self)  # takes the fetcher's word on lost consumers and unknown topics
+        self.watch = TopicWatch(self)
         self.starts = StartFinder(self.metadata, self.cache, loop)
         self.topics: dict[str, TopicState] = {}
         self._describing: dict[str, asyncio.Task[TopicState]] = {}
         self._idle_s, self._bootstrap = idle_s, bootstrap
         self._janitor: asyncio.Task[None] | None = None
+        self._watching: asyncio.Task[None] | None = None
         self._janitor_interval = min(JANITOR_INTERVAL_S, idle_s / 2, stall_s / 2)
         self.stalls = StallWatch(stall_s)
 
     def start(self) -> None:
         self.fetcher.start()
         self._janitor = asyncio.get_running_loop().create_task(self._sweep(), name="hub-janitor")
+        self._watching = asyncio.get_running_loop().create_task(self._watch(), name="hub-topic-watch")
         for topic in self._bootstrap:
             asyncio.get_running_loop().create_task(self._warm(topic), name=f"hub-bootstrap:{topic}")
 
     async def stop(self) -> None:
         """Stop the janitor and the fetcher thread (a server process simply exits; tests run several hubs)."""
-        if self._janitor is not None:
-            self._janitor.cancel()
-            await asyncio.gather(self._janitor, return_exceptions=True)
+        tasks = [task for task in (self._janitor, self._watching) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.to_thread(self.fetcher.stop)
 
     async def _warm(self, topic: str) -> None:
@@ -139,8 +148,29 @@ class Hub:
         if state is None:
             state = self.topics[name] = TopicState(name, info, time.monotonic())
         else:
-            state.info, state.described_at = info, time.monotonic()
+            await self.grow(state, info.partitions)  # its streams must read the partitions added, too
+            state.info, state.described_at = replace(info, partitions=state.info.partitions), time.monotonic()
         return state
+
+    async def grow(self, state: TopicState, partitions: list[int]) -> None:
+        """The topic has `partitions` now: those added since it was described are read by every stream of the
+        topic from their first offset (all of their records are newer than the streams), and new streams list
+        them. Raises like Metadata, before changing anything."""
+        added = set(partitions) - set(state.info.partitions)
+        if not added:
+            return
+        marks = await self.metadata.watermarks(state.name, sorted(added))
+        added -= set(state.info.partitions)  # another call may have grown it meanwhile
+        if not added or self.topics.get(state.name) is not state:
+            return
+        firsts = {p: marks[p].low for p in sorted(added)}
+        log.info("topic %s has %d partitions more: %s", state.name, len(added), sorted(added))
+        state.low.update(firsts)
+        state.info = replace(state.info, partitions=sorted({*state.info.partitions, *added}))
+        if state.subscribers or state.bootstrap:
+            self._open(state, firsts)
+        for subscriber in list(state.subscribers):
+            subscriber.grow(firsts)
 
     async def positions(
         self, state: TopicState, *, resumed: Mapping[int, int] | None, start: str, since_ms: int | None
@@ -157,7 +187,11 @@ class Hub:
         state = self.topics[state.name]
         state.subscribers.add(subscriber)
         state.idle_since = None
-        self._open(state, starts)
+        # Partitions added while this stream was set up (its starts come from the topic as it was): read them too.
+        added = {p: state.low[p] for p in state.info.partitions if p not in starts and p in state.low}
+        self._open(state, {**starts, **added})
+        if added:
+            subscriber.grow(added)
         return state
 
     def _open(self, state: TopicState, starts: Mapping[int, int]) -> None:
@@ -190,6 +224,14 @@ class Hub:
                 touched.add(topic)
         for topic in touched:
             self.fan_out.schedule(self.topics[topic])
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(CHECK_S)
+            try:
+                await self.watch.check()
+            except Exception:
+                log.warning("the topic watch could not describe the topics", exc_info=True)
 
     async def _sweep(self) -> None:
         while True:

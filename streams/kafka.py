@@ -76,6 +76,14 @@ class TopicInfo:
 
 
 @dataclass(frozen=True)
+class Layout:
+    """What a topic is made of now, as a periodic check compares it: its partitions and Kafka's id of it."""
+
+    partitions: list[int]
+    topic_id: str
+
+
+@dataclass(frozen=True)
 class Watermarks:
     low: int  # the earliest offset the partition still holds
     high: int  # the offset the next record will get (read_committed: the last stable offset)
@@ -136,6 +144,28 @@ class Metadata:
         compacted = policy is not None and "compact" in str(policy.value or "").split(",")
         topic_id = str(description.topic_id) if description.topic_id is not None else ""
         return TopicInfo(sorted(p.id for p in description.partitions), compacted=compacted, topic_id=topic_id)
+
+    async def layouts(self, topics: list[str]) -> dict[str, Layout | None]:
+        """Each topic's partitions and id, all in one metadata request: None for a topic that does not exist. A
+        topic whose answer failed otherwise (Kafka unreachable) is left out."""
+        if not topics:
+            return {}
+        futures = self._admin.describe_topics(TopicCollection(topics))
+        found: dict[str, Layout | None] = {}
+        for topic, future in futures.items():
+            try:
+                description = await asyncio.wait_for(asyncio.wrap_future(future), self._kafka.metadata_timeout_s * 2)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    found[topic] = None
+                continue
+            except TimeoutError:
+                continue
+            topic_id = str(description.topic_id) if description.topic_id is not None else ""
+            partitions = sorted(p.id for p in description.partitions)
+            found[topic] = Layout(partitions, topic_id) if partitions else None
+        return found
 
     async def _offsets(self, topic: str, specs: dict[int, OffsetSpec]) -> dict[int, int]:
         query = {TopicPartition(topic, p): spec for p, spec in specs.items()}

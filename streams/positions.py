@@ -43,12 +43,14 @@ def plan_start(
 
     A partition listed in the resume id restarts at exactly its offset; one the topic no longer holds (below
     the earliest retained, or past the end as after a topic was re-created) restarts at the earliest with a
-    reset notice. Other partitions start per `since` (first offset at or after the time), else per `start`:
+    reset notice. A partition a resume id does not list was added to the topic after that id's event (an id
+    lists every partition), so all of its records are new to the client: it starts at the earliest. Without a
+    resume id, partitions start per `since` (first offset at or after the time), else per `start`:
     `historical` from the earliest, `live` from the end as of now.
     """
     plan = StartPlan(offsets={}, progress={})
     for partition, marks in sorted(watermarks.items()):
-        requested = None if resumed is None else resumed.get(partition)
+        requested = None if resumed is None else resumed.get(partition, OFFSET_EARLIEST)
         if requested is not None and requested != OFFSET_EARLIEST:
             if requested < marks.low or requested > marks.high:
                 plan.resets.append(Reset(partition, requested, marks.low))

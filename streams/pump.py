@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 
 from django.conf import settings
 
@@ -222,6 +222,14 @@ class Pump(SharedWrites):
         self.stop()
         if self.on_gone is not None:
             self.on_gone()
+
+    def grow(self, starts: Mapping[int, int]) -> None:
+        """Partitions were added to the topic: read them from `starts`, and list them in the ids from now on."""
+        added = {p: offset for p, offset in starts.items() if p not in self.reader.cursors}
+        if added:
+            self.reader.cursors.update(added)
+            self.subscription.grow(added)
+            self.waiter.set()  # their windows may hold records already, which no fan-out will announce
 
     async def close(self) -> None:
         self.stop()

@@ -110,9 +110,9 @@ class StartFinder:
             low = state.low.get(partition)
             if window is None or low is None or partition not in state.at_end:
                 return None
-            requested = None if resumed is None else resumed.get(partition)
+            requested = None if resumed is None else resumed.get(partition, OFFSET_EARLIEST)  # as plan_start
             if requested is None or requested == OFFSET_EARLIEST:
-                if start != START_LIVE and window.start > low:
+                if (requested == OFFSET_EARLIEST or start != START_LIVE) and window.start > low:
                     return None  # history older than the window: the broker must say where it begins
             elif not window.start <= requested <= window.next_offset:
                 return None

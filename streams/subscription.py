@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from streams import sse
-from streams.event_id import encode_pair, encode_parts, etag_id_from, key_id_from
+from streams.event_id import OFFSET_EARLIEST, encode_pair, encode_parts, etag_id_from, key_id_from
 from streams.filters import CompiledFilter, matches_any
 from streams.kafka import Record
 from streams.positions import Reset
@@ -88,6 +88,18 @@ class Subscription:
         self._parts = dict(position.parts)
         self._text = position.text
         self.delivered += delivered
+
+    def grow(self, partitions: Iterable[int]) -> None:
+        """Partitions added to the topic after this subscription began: listed in the ids from now on as nothing
+        delivered yet (-2, read from the earliest on resuming), and delivered as they come, since every record of
+        theirs is newer than the subscription (no compaction snapshot, and caught-up does not wait for them)."""
+        for partition in partitions:
+            if partition not in self.progress:
+                self.progress[partition] = OFFSET_EARLIEST
+                self._parts[partition] = encode_pair(partition, OFFSET_EARLIEST)
+                self._ends[partition] = 0
+                self._reached.add(partition)
+                self._text = None
 
     def batch_length(self) -> int:
         return 0 if self.batch is None else len(self.batch)

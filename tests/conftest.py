@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 import uuid
@@ -11,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from django.conf import settings
 
@@ -38,26 +39,34 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(scope="session", autouse=True)
-def created_topics() -> Iterator[list[str]]:
-    """Topics the tests made, deleted once at the very end, after the live server has stopped.
+def delete_topics(topics: list[str]) -> None:
+    """Delete `topics` (those already gone too) and wait until Kafka no longer lists them."""
+    if not topics:
+        return
+    admin = AdminClient(settings.KAFKA.admin_config())
+    for future in admin.delete_topics(topics).values():
+        with contextlib.suppress(KafkaException):  # deleted already (a test of deletion)
+            future.result(timeout=10)
 
-    Not per test: deleting a topic that a consumer still has assigned (a stream whose close is still in flight)
-    makes librdkafka 2.16 crash in its metadata cache against the embedded broker (tansu 0.6). The platform's
-    consumers survive that in child processes (docs/decisions/0008-topic-deletion.md), but a test's own would
-    not, and the deletion would end streams a later test of the module still reads.
-    """
+    def gone() -> bool:
+        listed = admin.list_topics(timeout=5).topics
+        return not any(topic in listed and listed[topic].error is None for topic in topics)
+
+    wait_until(gone, timeout=10)
+
+
+@pytest.fixture
+def created_topics() -> Iterator[list[str]]:
+    """Topics a test made, deleted at its end: a server streaming one then ends those streams (docs/contract.md
+    §2), and the broker holds only the topics of the tests that run."""
     created: list[str] = []
     yield created
-    if created:
-        admin = AdminClient(settings.KAFKA.admin_config())
-        for future in admin.delete_topics(created).values():
-            future.result(timeout=10)
+    delete_topics(created)
 
 
 @pytest.fixture
 def new_topic(created_topics: list[str]) -> Callable[..., str]:
-    """Create topics with unique names."""
+    """Create topics with unique names, deleted at the end of the test."""
 
     def make(partitions: int = 1, config: dict[str, str] | None = None) -> str:
         name = unique("t")

@@ -26,9 +26,17 @@ def test_a_live_stream_starts_at_the_end_and_its_ids_say_so() -> None:
     assert plan.offsets == plan.progress == {0: 200, 1: 50}
 
 
-def test_a_resumed_partition_restarts_at_exactly_its_offset_and_others_per_start_mode() -> None:
-    plan = plan_start(MARKS, resumed={1: 7}, start="live")
-    assert plan.offsets == {0: 200, 1: 7}
+def test_a_resumed_partition_restarts_at_exactly_its_offset() -> None:
+    plan = plan_start(MARKS, resumed={0: 150, 1: 7}, start="live")
+    assert plan.offsets == plan.progress == {0: 150, 1: 7}
+    assert plan.resets == []
+
+
+@pytest.mark.parametrize("start", ["historical", "live"])
+def test_a_partition_the_resume_id_does_not_list_starts_at_the_earliest_whatever_the_start_mode(start: str) -> None:
+    # An id lists every partition of the topic: one it lacks was added since, and all its records are new.
+    plan = plan_start(MARKS, resumed={1: 7}, start=start, since={0: 150, 1: 50})
+    assert plan.offsets == plan.progress == {0: OFFSET_EARLIEST, 1: 7}
     assert plan.resets == []
 
 
@@ -58,8 +66,8 @@ def test_a_resumed_minus_two_means_the_earliest_without_reset() -> None:
 def test_since_starts_unresumed_partitions_at_the_looked_up_offsets() -> None:
     since = since_offsets({0: 150, 1: -1}, MARKS)
     assert since == {0: 150, 1: 50}  # -1: nothing at or after the time yet, so from the end
-    plan = plan_start(MARKS, resumed={0: 120}, start="historical", since=since)
-    assert plan.offsets == {0: 120, 1: 50}
+    plan = plan_start(MARKS, resumed=None, start="historical", since=since)
+    assert plan.offsets == {0: 150, 1: 50}
 
 
 def test_since_offsets_stay_within_what_the_partition_holds() -> None:

@@ -127,3 +127,14 @@ def test_the_reset_notice_names_the_partitions_and_carries_an_id() -> None:
     assert event.event == "reset"
     assert json.loads(event.text) == {"partitions": [{"partition": 0, "requested": 42, "earliest": 100}]}
     assert event.id == encode_progress(progress)
+
+
+def test_partitions_added_are_listed_at_minus_two_and_delivered_as_they_come_even_when_compacted() -> None:
+    sub = subscription({0: 2}, compacted=True, caught_up=True)
+    assert events(sub.feed([rec(0, 0, b"old", b"k"), rec(0, 1, b"new", b"k")]))[0].text == "new"  # the snapshot
+    sub.grow([1, 0])  # a partition it reads already is left as it is
+    out = events(sub.feed([rec(0, 2, b"a", b"k")]))
+    assert [(e.id, e.text) for e in out] == [(encode_progress({0: 3, 1: OFFSET_EARLIEST}), "a")]
+    # The new partition's records are newer than the subscription: no snapshot holds them back.
+    out = events(sub.feed([rec(1, 0, b"b", b"k"), rec(1, 1, b"c", b"k")]))
+    assert [(e.id, e.text) for e in out] == [(encode_progress({0: 3, 1: 1}), "b"), (encode_progress({0: 3, 1: 2}), "c")]
