@@ -207,7 +207,7 @@ class Host:
     """`host` mode: the historical readers' consumers (streams/consumer_host.py), one thread each, so one reader's
     poll never waits for another's. Requests are (request id, reader id, operation, arguments); each gets
     (request id, ok, result or error text). Operations: ("open", config, topic, [(partition, offset), ...]),
-    ("read", timeout, batch size) -> ([record tuple, ...], [partitions at their end]), ("close",)."""
+    ("read", timeout, batch size) -> ([record tuple, ...], [(partition at its end, that end), ...]), ("close",)."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -250,10 +250,11 @@ class Host:
                 return
 
 
-def read(consumer: Consumer, timeout: float, batch_size: int) -> tuple[list[RecordTuple], list[int]]:
-    """What one poll gives (then what is already fetched, up to `batch_size`): records, and partitions at their end."""
+def read(consumer: Consumer, timeout: float, batch_size: int) -> tuple[list[RecordTuple], list[tuple[int, int]]]:
+    """What one poll gives (then what is already fetched, up to `batch_size`): records, and the partitions at their
+    end, each with that end (the offset the reader stands at)."""
     records: list[RecordTuple] = []
-    eof: list[int] = []
+    eof: list[tuple[int, int]] = []
     first = consumer.poll(timeout)
     if first is None:
         return records, eof
@@ -262,7 +263,7 @@ def read(consumer: Consumer, timeout: float, batch_size: int) -> tuple[list[Reco
         if error is None:
             records.append(record_tuple(message))
         elif error.code() == KafkaError._PARTITION_EOF:
-            eof.append(message.partition() or 0)
+            eof.append((message.partition() or 0, message.offset() or 0))
         else:
             log.warning("kafka: %s", error.str())
     return records, eof
