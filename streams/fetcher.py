@@ -141,6 +141,10 @@ class Fetcher:
         """Stop fetching every partition of the topic (it was deleted)."""
         self.unassign(topic, [p for t, p in self.partitions if t == topic])
 
+    def paused(self, key: Key) -> bool:
+        found = self.partitions.get(key)
+        return found is not None and found.state is Fetch.PAUSED
+
     def pause(self, topic: str, partitions: Iterable[int]) -> None:
         self._move(topic, partitions, Fetch.FETCHING, Fetch.PAUSED)
 

@@ -174,6 +174,9 @@ class Hub:
         if not state.subscribers and not state.bootstrap:
             state.idle_since = time.monotonic()
             self.fetcher.pause(state.name, state.info.partitions)
+            # A paused partition is not fetched: its end and its start (records deleted, or past retention) may
+            # move unseen, so the next stream asks Kafka where they are rather than the cache.
+            state.at_end.difference_update(state.info.partitions)
 
     def _on_batch(self, batch: FetchedBatch) -> None:
         touched: set[str] = set()
@@ -185,7 +188,7 @@ class Hub:
                 touched.add(topic)
         for topic, partition in batch.eof:
             state = self.topics.get(topic)
-            if state is not None:
+            if state is not None and not self.fetcher.paused((topic, partition)):  # polled before its pause
                 state.at_end.add(partition)
                 touched.add(topic)
         for topic in touched:
