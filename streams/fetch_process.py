@@ -15,7 +15,7 @@ Commands (parent to child), tuples:
 Messages (child to parent), tuples:
     ("batch", {key: [record tuple, ...]}, [eof keys], {key: epoch})
     ("errors", {topic: error name})            the broker's errors about topics (e.g. the topic is gone)
-    ("highs", {key: Kafka's end})              at most every HIGHS_EVERY_S
+    ("highs", {key: Kafka's end}, {key: Kafka's start})  at most every HIGHS_EVERY_S
 
 A record tuple is (partition, offset, key, value, headers, timestamp_ms). The child exits when its socket closes
 (the parent went away).
@@ -147,18 +147,21 @@ class Fetch:
             self.consumer.resume(_partitions(mine))
 
     def note_highs(self) -> None:
-        """Kafka's end of each assigned partition, from what librdkafka keeps of the last fetch response."""
+        """Kafka's end and start of each assigned partition, from what librdkafka keeps of the last fetch response
+        (the start moves when records are deleted or pass retention)."""
         now = time.monotonic()
         if now < self.highs_due:
             return
         self.highs_due = now + HIGHS_EVERY_S
-        highs = {}
+        highs, lows = {}, {}
         for key in self.polling:
             with contextlib.suppress(KafkaException):
-                _, high = self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+                low, high = self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
                 if high >= 0:
                     highs[key] = high
-        self.conn.send(("highs", highs))
+                if low >= 0:
+                    lows[key] = low
+        self.conn.send(("highs", highs, lows))
 
     def poll(self) -> None:
         # poll() returns as soon as one message is ready; consume(n, 0) then drains what is already fetched.

@@ -86,7 +86,7 @@ class Hub:
         self.fan_out = FanOut(loop, coalesce_s)
         self.metadata = Metadata(kafka)
         self.cache = Cache(cache_bytes)
-        self.fetcher = Fetcher(kafka, loop, self._on_batch)
+        self.fetcher = Fetcher(kafka, loop, self._on_batch, on_lows=self._on_lows)
         self.deletions = Deletions(self)  # takes the fetcher's word on lost consumers and unknown topics
         self.starts = StartFinder(self.metadata, self.cache, loop)
         self.topics: dict[str, TopicState] = {}
@@ -193,6 +193,15 @@ class Hub:
                 touched.add(topic)
         for topic in touched:
             self.fan_out.schedule(self.topics[topic])
+
+    def _on_lows(self, lows: dict[tuple[str, int], int]) -> None:
+        """Kafka's start of the partitions being fetched, from the fetch responses: records deleted or past
+        retention move it while the cache window may still hold them. New streams start there and resumes below
+        it get a reset, as when the start comes from a lookup (streams/starts.py)."""
+        for (topic, partition), low in lows.items():
+            state = self.topics.get(topic)
+            if state is not None and low > state.low.get(partition, low):
+                state.low[partition] = low
 
     async def _sweep(self) -> None:
         while True:
