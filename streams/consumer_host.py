@@ -107,9 +107,9 @@ class RemoteConsumer:
         self.host, self.id = ConsumerHost.get(), next(self._ids)
         self.host.call(self.id, "open", config, topic, offsets, timeout=timeout)
 
-    def read(self, timeout: float, batch_size: int) -> tuple[list[tuple[Any, ...]], list[int]]:
-        """Records (as tuples) and the partitions at their end, from one poll."""
-        result: tuple[list[tuple[Any, ...]], list[int]] = self.host.call(
+    def read(self, timeout: float, batch_size: int) -> tuple[list[tuple[Any, ...]], list[tuple[int, int]]]:
+        """Records (as tuples) and the partitions at their end with that end, from one poll."""
+        result: tuple[list[tuple[Any, ...]], list[tuple[int, int]]] = self.host.call(
             self.id, "read", timeout, batch_size, timeout=timeout
         )
         return result

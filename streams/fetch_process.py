@@ -15,7 +15,7 @@ Commands (parent to child), tuples:
 Messages (child to parent), tuples:
     ("batch", {key: [record tuple, ...]}, [eof keys], {key: epoch})
     ("errors", {topic: error name})            the broker's errors about topics (e.g. the topic is gone)
-    ("highs", {key: Kafka's end})              at most every HIGHS_EVERY_S
+    ("highs", {key: Kafka's end}, {key: Kafka's start})  at most every HIGHS_EVERY_S
 
 A record tuple is (partition, offset, key, value, headers, timestamp_ms). The child exits when its socket closes
 (the parent went away).
@@ -150,18 +150,21 @@ class Fetch:
             self.consumer.resume(_partitions(mine))
 
     def note_highs(self) -> None:
-        """Kafka's end of each assigned partition, from what librdkafka keeps of the last fetch response."""
+        """Kafka's end and start of each assigned partition, from what librdkafka keeps of the last fetch response
+        (the start moves when records are deleted or pass retention)."""
         now = time.monotonic()
         if now < self.highs_due:
             return
         self.highs_due = now + HIGHS_EVERY_S
-        highs = {}
+        highs, lows = {}, {}
         for key in self.polling:
             with contextlib.suppress(KafkaException):
-                _, high = self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+                low, high = self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
                 if high >= 0:
                     highs[key] = high
-        self.conn.send(("highs", highs))
+                if low >= 0:
+                    lows[key] = low
+        self.conn.send(("highs", highs, lows))
 
     def poll(self) -> None:
         # poll() returns as soon as one message is ready; consume(n, 0) then drains what is already fetched.
@@ -210,7 +213,7 @@ class Host:
     """`host` mode: the historical readers' consumers (streams/consumer_host.py), one thread each, so one reader's
     poll never waits for another's. Requests are (request id, reader id, operation, arguments); each gets
     (request id, ok, result or error text). Operations: ("open", config, topic, [(partition, offset), ...]),
-    ("read", timeout, batch size) -> ([record tuple, ...], [partitions at their end]), ("close",)."""
+    ("read", timeout, batch size) -> ([record tuple, ...], [(partition at its end, that end), ...]), ("close",)."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -253,10 +256,11 @@ class Host:
                 return
 
 
-def read(consumer: Consumer, timeout: float, batch_size: int) -> tuple[list[RecordTuple], list[int]]:
-    """What one poll gives (then what is already fetched, up to `batch_size`): records, and partitions at their end."""
+def read(consumer: Consumer, timeout: float, batch_size: int) -> tuple[list[RecordTuple], list[tuple[int, int]]]:
+    """What one poll gives (then what is already fetched, up to `batch_size`): records, and the partitions at their
+    end, each with that end (the offset the reader stands at)."""
     records: list[RecordTuple] = []
-    eof: list[int] = []
+    eof: list[tuple[int, int]] = []
     first = consumer.poll(timeout)
     if first is None:
         return records, eof
@@ -265,7 +269,7 @@ def read(consumer: Consumer, timeout: float, batch_size: int) -> tuple[list[Reco
         if error is None:
             records.append(record_tuple(message))
         elif error.code() == KafkaError._PARTITION_EOF:
-            eof.append(message.partition() or 0)
+            eof.append((message.partition() or 0, message.offset() or 0))
         else:
             log.warning("kafka: %s", error.str())
     return records, eof

@@ -82,7 +82,8 @@ class Fetcher:
 
     `on_restart(topics)` is called when a new consumer process replaced one that died: it must call
     `reassign(topic)` for each topic still to fetch (the hub first checks that it exists). `on_errors(topics)`
-    is called with the topics the broker reported unknown."""
+    is called with the topics the broker reported unknown, `on_lows(starts)` with Kafka's start of each fetched
+    partition, about every second."""
 
     def __init__(
         self,
@@ -93,10 +94,12 @@ class Fetcher:
         batch_size: int = 500,
         on_restart: Callable[[set[str]], None] | None = None,
         on_errors: Callable[[set[str]], None] | None = None,
+        on_lows: Callable[[dict[Key, int]], None] | None = None,
     ) -> None:
         self._on_batch = on_batch
         self.on_restart = on_restart or self._reassign_all
         self.on_errors = on_errors or (lambda topics: None)
+        self.on_lows = on_lows or (lambda lows: None)
         self.thread = ConsumerProcess(kafka, loop, self, batch_size=batch_size)
         self._epoch = 0
         self.partitions: dict[Key, Assignment] = {}  # read and changed on the loop thread only
@@ -140,6 +143,10 @@ class Fetcher:
     def forget(self, topic: str) -> None:
         """Stop fetching every partition of the topic (it was deleted)."""
         self.unassign(topic, [p for t, p in self.partitions if t == topic])
+
+    def paused(self, key: Key) -> bool:
+        found = self.partitions.get(key)
+        return found is not None and found.state is Fetch.PAUSED
 
     def pause(self, topic: str, partitions: Iterable[int]) -> None:
         self._move(topic, partitions, Fetch.FETCHING, Fetch.PAUSED)
@@ -279,6 +286,7 @@ class ConsumerProcess:
                     call(deliver, batch)
                 elif kind == "highs":
                     self.highs = message[1]
+                    call(self._fetcher.on_lows, message[2])
                 elif kind == "errors":
                     call(self._fetcher.on_errors, set(message[1]))
             except RuntimeError:  # the loop closed: the process is stopping

@@ -91,7 +91,7 @@ class Hub:
         self.fan_out = FanOut(loop, coalesce_s)
         self.metadata = Metadata(kafka)
         self.cache = Cache(cache_bytes)
-        self.fetcher = Fetcher(kafka, loop, self._on_batch)
+        self.fetcher = Fetcher(kafka, loop, self._on_batch, on_lows=self._on_lows)
         self.deletions = Deletions(self)  # takes the fetcher's word on lost consumers and unknown topics
         self.watch = TopicWatch(self)
         self.starts = StartFinder(self.metadata, self.cache, loop)
@@ -208,6 +208,9 @@ class Hub:
         if not state.subscribers and not state.bootstrap:
             state.idle_since = time.monotonic()
             self.fetcher.pause(state.name, state.info.partitions)
+            # A paused partition is not fetched: its end and its start (records deleted, or past retention) may
+            # move unseen, so the next stream asks Kafka where they are rather than the cache.
+            state.at_end.difference_update(state.info.partitions)
 
     def _on_batch(self, batch: FetchedBatch) -> None:
         touched: set[str] = set()
@@ -219,7 +222,7 @@ class Hub:
                 touched.add(topic)
         for topic, partition in batch.eof:
             state = self.topics.get(topic)
-            if state is not None:
+            if state is not None and not self.fetcher.paused((topic, partition)):  # polled before its pause
                 state.at_end.add(partition)
                 touched.add(topic)
         for topic in touched:
@@ -232,6 +235,15 @@ class Hub:
                 await self.watch.check()
             except Exception:
                 log.warning("the topic watch could not describe the topics", exc_info=True)
+
+    def _on_lows(self, lows: dict[tuple[str, int], int]) -> None:
+        """Kafka's start of the partitions being fetched, from the fetch responses: records deleted or past
+        retention move it while the cache window may still hold them. New streams start there and resumes below
+        it get a reset, as when the start comes from a lookup (streams/starts.py)."""
+        for (topic, partition), low in lows.items():
+            state = self.topics.get(topic)
+            if state is not None and low > state.low.get(partition, low):
+                state.low[partition] = low
 
     async def _sweep(self) -> None:
         while True:

@@ -187,7 +187,7 @@ class Metadata:
 @dataclass(frozen=True)
 class Batch:
     records: list[Record]
-    eof: set[int]  # partitions whose end the reader reached in this poll
+    eof: dict[int, int]  # partitions whose end the reader reached in this poll: that end
 
 
 class HistoricalReader:
@@ -232,7 +232,7 @@ class HistoricalReader:
     def _poll(self, timeout: float) -> Batch:
         assert self._consumer is not None  # noqa: S101
         records, eof = self._consumer.read(timeout, self._batch_size)
-        return Batch(records=[Record(*record) for record in records], eof=set(eof))
+        return Batch(records=[Record(*record) for record in records], eof=dict(eof))
 
     async def close(self) -> None:
         """Close the consumer after any in-flight call. Safe to call on a reader that never started, and again

@@ -33,6 +33,7 @@ class StreamReader:
         self.history: HistoricalReader | None = None
         self.history_partitions: set[int] = set()
         self.backlog: list[Record] = []  # records from the historical reader not sent yet
+        self.history_eof: dict[int, int] = {}  # Kafka's end, where the historical reader found it, per partition
 
     @property
     def topic(self) -> str:
@@ -145,7 +146,9 @@ class StreamReader:
                 self.history_partitions = set(behind)
                 await self.history.start(behind)
             if not self.backlog:
-                self.backlog = (await self.history.poll(HISTORY_POLL_S)).records
+                batch = await self.history.poll(HISTORY_POLL_S)
+                self.backlog = batch.records
+                self.history_eof.update(batch.eof)
         except ConsumerLost:
             # Its process died (a crash inside librdkafka, decision 0008): the next read starts a new reader from
             # the cursors, so nothing is lost or repeated; a deleted topic's stream is ended by the hub.
@@ -157,11 +160,29 @@ class StreamReader:
         records = [r for r in records if r.partition in behind and r.offset >= self.cursors[r.partition]]
         for record in records:
             self.cursors[record.partition] = record.offset + 1
+        self._past_the_end(behind)
         return self.subscription.feed(records) if records else b""
+
+    def _past_the_end(self, behind: dict[int, int]) -> None:
+        """Hand a partition over to its window once the historical reader has read all Kafka holds of it.
+
+        The last offsets before the window may hold nothing to deliver (control markers of transactions, aborted
+        or compacted records): the cursor then never reaches the window's start from a record. Once the reader
+        found Kafka's end and every record it read before is sent, nothing deliverable lies before that end, so
+        the cursor moves up to it, or to the window's start if that is nearer (the window holds the rest).
+        """
+        for partition in self.history_eof.keys() & behind.keys():
+            if any(record.partition == partition for record in self.backlog):
+                continue
+            end = self.history_eof.pop(partition)
+            window = self.cache.log(self.topic, partition)
+            if window is not None:
+                self.cursors[partition] = max(self.cursors[partition], min(end, window.start))
 
     async def close_history(self) -> None:
         """Close the historical reader, if any; it is let go first, so a cancelled close is never repeated."""
         history, self.history, self.backlog = self.history, None, []
+        self.history_eof = {}
         if history is not None:
             await history.close()
 

@@ -1,7 +1,8 @@
 """Start-position decisions (docs/contract.md §4, §5, §7), with the broker's answers given as data.
 
-The embedded broker cannot delete records (so no partition ever starts above 0) and its timestamp lookup
-always answers 0; these decisions are therefore covered here, and end to end only where it can show them.
+Every case of the decision, including answers a broker gives rarely (a partition whose start passed its end, no
+record at or after a time). The same decisions end to end, on the real broker with records deleted, past
+retention and looked up by timestamp: tests/test_kafka_contract.py.
 """
 
 from __future__ import annotations

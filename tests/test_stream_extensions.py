@@ -35,8 +35,8 @@ def test_a_bad_since_is_a_400_naming_the_value(daphne_url: str, new_topic: Calla
 
 
 def test_since_streams_from_the_broker_answer(daphne_url: str, new_topic: Callable[..., str], produce: Produce) -> None:
-    # The embedded broker answers offset 0 to every timestamp lookup, so only the plumbing shows here;
-    # the decision itself is covered in test_positions.py.
+    # A time before every record starts at the first; times between records and after the last, on several
+    # partitions: tests/test_kafka_contract.py.
     topic = new_topic()
     produce(topic, b"a")
     with stream(f"{daphne_url}{route(topic)}?since=2020-01-01T00:00:00Z") as s:
@@ -67,8 +67,8 @@ def test_a_compacted_topic_gives_a_new_subscriber_the_latest_per_key_then_live_u
 def test_a_resume_past_what_the_partition_holds_sends_reset_then_replays(
     daphne_url: str, new_topic: Callable[..., str], produce: Produce
 ) -> None:
-    # The embedded broker cannot delete records, so a resume below the log start cannot happen here; a resume
-    # past the end (a re-created topic) takes the same path and shows the wire format.
+    # A resume past the end (the topic was re-created) gets the reset of a resume below the log start, which
+    # tests/test_kafka_contract.py shows after records are deleted and after retention.
     topic = new_topic()
     produce(topic, b"a")
     with stream(daphne_url + route(topic), **{"Last-Event-ID": encode_progress({0: 999})}) as s:
