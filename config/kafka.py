@@ -28,6 +28,9 @@ class KafkaSettings:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
+            # An offset that falls out of range (retention overtook a paused or lagging fetch) goes on from Kafka's
+            # first record, never from its last: the streams below it get their `reset`, and nothing later is lost.
+            "auto.offset.reset": "earliest",
             "fetch.wait.max.ms": self.fetch_wait_max_ms,
             "queued.max.messages.kbytes": self.fetch_queue_kbytes,
             "fetch.max.bytes": min(52428800, self.fetch_queue_kbytes * 1024),

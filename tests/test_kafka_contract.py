@@ -301,6 +301,30 @@ def test_a_stream_of_a_topic_left_idle_is_caught_up_only_past_records_written_me
     ]
 
 
+def test_records_deleted_past_where_an_idle_topics_fetch_stopped_lose_nothing_after_them(
+    daphne_url: str, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    # The process's fetch of a topic nobody reads stops where it was; when it goes on, Kafka's start may lie past
+    # that position. It must go on from Kafka's first record, not from its last.
+    topic = new_topic()
+    for n in range(2):
+        produce(topic, f"a{n}".encode())
+    path = route(topic, caught_up=True)
+    with left_alone(daphne_url), stream(daphne_url + path) as s:
+        assert [e.text for e in until_caught_up(s)] == ["a0", "a1", ""]
+    for n in range(2, 6):
+        produce(topic, f"a{n}".encode())
+    where = TopicPartition(topic, 0, 4)
+    kafka_admin().delete_records([where])[where].result(timeout=10)
+    with stream(daphne_url + path) as s:
+        *history, caught_up = until_caught_up(s)
+        produce(topic, b"live")
+        live = s.next_event()
+    assert [(e.text, e.id) for e in history] == [("a4", encode_progress({0: 5})), ("a5", encode_progress({0: 6}))]
+    assert caught_up.event == "caught-up"
+    assert (live.text, live.id) == ("live", encode_progress({0: 7}))
+
+
 # --- compacted topics after the cleaner ran (§3, §5) ------------------------------------------------------
 
 COMPACTED = {
