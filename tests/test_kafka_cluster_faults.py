@@ -188,7 +188,9 @@ class SteadyProducer:
         self.lock = threading.Lock()
         self.sent: dict[str, float] = {}  # value -> monotonic time produce() was called
         self.acked: dict[str, float] = {}  # value -> monotonic time its acknowledgement arrived
-        self.delivered: dict[int, list[tuple[int, str]]] = {p: [] for p in range(PARTITIONS)}
+        # Per partition, (sequence, offset) of each acknowledged value. The offset is None when librdkafka could not
+        # tell it: a retried request the broker had already written is acknowledged as a duplicate, without one.
+        self.delivered: dict[int, list[tuple[int, int | None, str]]] = {p: [] for p in range(PARTITIONS)}
         self.errors: list[KafkaError] = []
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="steady-producer", daemon=True)
@@ -201,7 +203,7 @@ class SteadyProducer:
                 return
             value = (msg.value() or b"").decode()
             self.acked[value] = time.monotonic()
-            self.delivered[msg.partition() or 0].append((msg.offset() or 0, value))
+            self.delivered[msg.partition() or 0].append((int(value.split(":")[1]), msg.offset(), value))
 
     def _run(self) -> None:
         sequence = 0
@@ -219,13 +221,21 @@ class SteadyProducer:
             return self.sent[value]
 
     def finish(self) -> dict[int, list[str]]:
-        """Stop producing, wait for every acknowledgement; the values per partition in offset order."""
+        """Stop producing, wait for every acknowledgement; the values per partition in the order Kafka holds them.
+
+        That is the order they were produced in (idempotence keeps it across retries); the offsets librdkafka
+        reported say the same.
+        """
         self.stopping.set()
         self.thread.join(10)
         assert self.producer.flush(60) == 0, "records still unacknowledged"
         assert not self.errors, self.errors
         with self.lock:
-            return {p: [value for _, value in sorted(found)] for p, found in self.delivered.items()}
+            produced = {p: sorted(found) for p, found in self.delivered.items()}
+        for found in produced.values():
+            offsets = [offset for _, offset, _ in found if offset is not None]
+            assert offsets == sorted(set(offsets)), "Kafka holds a partition's records out of the order produced"
+        return {p: [value for _, _, value in found] for p, found in produced.items()}
 
     def close(self) -> None:
         self.stopping.set()
