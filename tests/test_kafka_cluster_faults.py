@@ -6,10 +6,10 @@ partition with acks=all and idempotence until after the cluster is whole again, 
 got every record exactly once and in partition order, that the daphne process and its fetcher's consumer process
 lived through it, and how long each stream, and each partition of it, went without an event.
 
-Measured on two shared cores over three runs: longest gap per stream / per partition of a stream / longest a
-record took from Kafka's acknowledgement to the streams:
-    leader killed      2.2-2.6 s / 6.6-7.8 s  / up to 1.0 s
-    rolling restart    0.2-0.5 s / 0.7-0.8 s  / up to 0.1 s
+Measured over six runs on two cores shared with other work (load average up to 14): longest gap per stream /
+per partition of a stream / longest a record took from Kafka's acknowledgement to the streams:
+    leader killed      2.2-2.6 s / 6.0-7.8 s  / up to 1.0 s
+    rolling restart    0.2-1.2 s / 0.7-2.2 s  / up to 0.1 s
     controller killed  2.2-3.9 s / 9.4-11.4 s / up to 0.5 s
 The gaps are the cluster's, not the platform's: they are how long Kafka took no writes. A whole stream pauses
 while a dead follower still counts as in sync (acks=all waits for it until `replica.lag.time.max.ms` drops it
@@ -37,6 +37,7 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bindings.services import do_delete_route
 from tests.conftest import health, unique
 from tests.servers import DaphneServer, KafkaCluster, kafka_cluster, start_daphne
 from tests.sse_client import EventStream
@@ -290,6 +291,7 @@ class Load:
     server: DaphneServer
     producer: SteadyProducer
     readers: list[TimedReader]
+    route: str  # the streams' route's name
     fetcher_restarts: int
 
     @property
@@ -339,11 +341,13 @@ class Load:
         return sum(len(reader.events) for reader in self.readers)
 
     def close(self) -> None:
+        """Stop producing and end the streams: deleting their route ends them on the server, which wakes the readers
+        (closing a response does not wake a thread blocked reading it until the next keep-alive)."""
         self.producer.close()
-        for reader in self.readers:
-            reader.stream.close()
+        do_delete_route(self.route)
         for reader in self.readers:
             reader.thread.join(10)
+            reader.stream.close()
 
 
 @pytest.fixture
@@ -352,10 +356,18 @@ def load(server: DaphneServer, cluster: KafkaCluster, admin: AdminClient) -> Ite
     topic = create_topic(admin)
     path = route(topic)
     streams: list[EventStream] = []
+
+    def opened() -> bool:
+        """Open another stream; False (and closed) if daphne's broker does not know the new topic yet."""
+        stream = EventStream(server.url + path, timeout=30)
+        if stream.response.status_code != 200:
+            stream.close()
+            return False
+        streams.append(stream)
+        return len(streams) == STREAMS
+
     try:
-        for _ in range(STREAMS):
-            streams.append(EventStream(server.url + path, timeout=30))
-            assert streams[-1].response.status_code == 200
+        poll_until(f"{STREAMS} streams open", opened, timeout=30)
     except BaseException:
         for stream in streams:
             stream.close()
@@ -364,6 +376,7 @@ def load(server: DaphneServer, cluster: KafkaCluster, admin: AdminClient) -> Ite
         server=server,
         producer=SteadyProducer(cluster.bootstrap, topic),
         readers=[TimedReader(stream) for stream in streams],
+        route=path.lstrip("/"),
         fetcher_restarts=health(server.url)["fetcher_restarts"],
     )
     try:
@@ -386,11 +399,13 @@ def test_it_streams_every_record_once_when_a_partition_leader_is_killed(
     """SIGKILL the leader of a streamed partition (not the active controller: that is another test's fault).
 
     Measured: 2.2-2.6 s per stream, as the dead node follows the other partitions, which take no writes until it
-    leaves their ISR (`replica.lag.time.max.ms`, 2 s); 6.6-7.8 s for the partition it led, fenced after the 6 s
+    leaves their ISR (`replica.lag.time.max.ms`, 2 s); 6.0-7.8 s for the partition it led, fenced after the 6 s
     session timeout, a new leader elected, then found by the producer's and the fetcher's metadata refresh.
     """
     controller = active_controller(cluster)
-    partition, leader = next((p, node) for p, node in sorted(leaders(admin, load.topic).items()) if node != controller)
+    led = [(p, node) for p, node in sorted(leaders(admin, load.topic).items()) if node != controller]
+    assert led, f"every partition is led by the active controller, node {controller}"
+    partition, leader = led[0]
 
     killed = time.monotonic()
     cluster.kill(leader, signal.SIGKILL)
@@ -408,9 +423,9 @@ def test_it_streams_every_record_once_through_a_rolling_restart(
 ) -> None:
     """SIGTERM each node in turn, the next only once it is back and every partition in sync again.
 
-    Measured: 0.2-0.5 s per stream, 0.7-0.8 s per partition. A stopping broker hands its partitions' leadership to
-    another in-sync replica before it goes (controlled shutdown) and leaves their ISR, so writes never wait for it;
-    a partition waits only for the clients' metadata refresh to find its new leader.
+    Measured: 0.2-1.2 s per stream, 0.7-2.2 s per partition (the longer on a busy machine). A stopping broker
+    hands its partitions' leadership to another in-sync replica before it goes (controlled shutdown) and leaves
+    their ISR, so writes never wait for it; a partition waits only for the clients to find its new leader.
     """
     started = time.monotonic()
     for node_id in sorted(cluster.nodes):
@@ -418,7 +433,8 @@ def test_it_streams_every_record_once_through_a_rolling_restart(
         restart(cluster, admin, load.topic, node_id)
         back = time.monotonic()
         poll_until(f"events of every partition after node {node_id}", partial(load.received_since, back), timeout=30)
-    load.check("rolling restart", started, stream_gap_s=3.0, partition_gap_s=5.0)
+    # Over 5 s a partition would have waited for its stopped leader to be fenced, as if killed.
+    load.check("rolling restart", started, stream_gap_s=4.0, partition_gap_s=5.0)
 
 
 def test_it_streams_every_record_once_when_the_active_controller_is_killed(
