@@ -6,9 +6,9 @@ partition with acks=all and idempotence until after the cluster is whole again, 
 got every record exactly once and in partition order, that the daphne process and its fetcher's consumer process
 lived through it, and how long each stream, and each partition of it, went without an event.
 
-Measured over six runs on two cores shared with other work (load average up to 14): longest gap per stream /
+Measured over several runs on two cores shared with other work (load average up to 14): longest gap per stream /
 per partition of a stream / longest a record took from Kafka's acknowledgement to the streams:
-    leader killed      2.2-2.6 s / 6.0-7.8 s  / up to 1.0 s
+    leader killed      1.8-2.6 s / 6.0-7.8 s  / up to 1.0 s
     rolling restart    0.2-1.2 s / 0.7-2.2 s  / up to 0.1 s
     controller killed  2.2-3.9 s / 9.4-11.4 s / up to 0.5 s
 The gaps are the cluster's, not the platform's: they are how long Kafka took no writes. A whole stream pauses
@@ -18,8 +18,9 @@ node led pauses until the controller fences that node (`broker.session.timeout.m
 then until the producer's metadata refresh finds it. The fetcher's own refresh can find it up to a second after
 the producer did: librdkafka refreshes the metadata of a leaderless partition at once and then at intervals
 doubling from `topic.metadata.refresh.fast.interval.ms` (100 ms) up to `retry.backoff.max.ms` (1 s), and after a
-six-second outage it is at the cap. A SIGTERM hands leadership over before the node goes, so a rolling restart
-shows only that refresh.
+six-second outage it is at the cap. The platform keeps librdkafka's defaults there: a lower cap would save at most
+that second of a failover that takes six or more, for more metadata requests from every worker while a broker is
+down. A SIGTERM hands leadership over before the node goes, so a rolling restart shows only the refresh.
 """
 
 from __future__ import annotations
@@ -398,7 +399,7 @@ def test_it_streams_every_record_once_when_a_partition_leader_is_killed(
 ) -> None:
     """SIGKILL the leader of a streamed partition (not the active controller: that is another test's fault).
 
-    Measured: 2.2-2.6 s per stream, as the dead node follows the other partitions, which take no writes until it
+    Measured: 1.8-2.6 s per stream, as the dead node follows the other partitions, which take no writes until it
     leaves their ISR (`replica.lag.time.max.ms`, 2 s); 6.0-7.8 s for the partition it led, fenced after the 6 s
     session timeout, a new leader elected, then found by the producer's and the fetcher's metadata refresh.
     """
