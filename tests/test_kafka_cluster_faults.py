@@ -44,7 +44,9 @@ from tests.servers import DaphneServer, KafkaCluster, kafka_cluster, start_daphn
 from tests.sse_client import EventStream
 from tests.test_zilla_scenarios import route
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The first test also starts the cluster and daphne, and the rolling restart starts three JVMs again: on a busy
+# machine either comes near the 120 s default. Every wait inside has a deadline of its own, so a hang fails there.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
 PARTITIONS = 3
 STREAMS = 3
