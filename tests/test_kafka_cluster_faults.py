@@ -10,7 +10,7 @@ Measured over several runs on two cores shared with other work (load average up 
 per partition of a stream / longest a record took from Kafka's acknowledgement to the streams:
     leader killed      1.8-2.6 s / 6.0-8.2 s  / up to 1.5 s
     rolling restart    0.2-1.2 s / 0.7-2.2 s  / up to 0.1 s
-    controller killed  2.2-3.9 s / 9.4-11.4 s / up to 0.5 s
+    controller killed  2.2-3.9 s / 9.3-11.4 s / up to 0.5 s
 The gaps are the cluster's, not the platform's: they are how long Kafka took no writes. A whole stream pauses
 while a dead follower still counts as in sync (acks=all waits for it until `replica.lag.time.max.ms` drops it
 from the ISR, and when the controller died, until another is elected to record that). The partition the dead
@@ -446,7 +446,7 @@ def test_it_streams_every_record_once_when_the_active_controller_is_killed(
 ) -> None:
     """SIGKILL the KRaft quorum's leader, a broker too (every node is both), so its partitions lose their leader.
 
-    Measured: 2.2-3.9 s per stream, 9.4-11.4 s for a partition the node led. The voters elect another controller once
+    Measured: 2.2-3.9 s per stream, 9.3-11.4 s for a partition the node led. The voters elect another controller once
     they miss the leader (`controller.quorum.fetch.timeout.ms`, 2 s); until then no ISR can shrink, so no partition
     the dead node followed takes a write. The new controller then fences the dead broker after the session timeout
     and elects leaders for its partitions.
