@@ -1,0 +1,1 @@
+"""Tests of `bindings/`: models, services, admin, and one folder per package."""

@@ -1,0 +1,1 @@
+"""The pages and the JavaScript client in Debian's Chromium, driven by Playwright."""

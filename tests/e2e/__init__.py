@@ -1,0 +1,1 @@
+"""End to end: live servers against the real services, driven over HTTP."""

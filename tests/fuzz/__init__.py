@@ -1,0 +1,1 @@
+"""Hostile input from hypothesis, against the real code paths."""
