@@ -3,7 +3,7 @@
 `GET /api/v1/analytics/routes/?range=|from=&to=`: every route that delivered in the range, with its totals.
 `GET /api/v1/analytics/routes/<name>/?from=&to=&step=minute|hour`: one route's totals and series.
 The range is read as the dashboards read it (default: the last hour); a bad one is a 400 problem.
-Reading them needs `bindings.view_route`: who may see the routes may see their traffic (bindings.permissions).
+Reading them needs `bindings.view_route`: who may see the routes may see their traffic (bindings.api.permissions).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 from analytics import queries
 from analytics.views import BadRange, parse_range
-from bindings.permissions import reading
+from bindings.api.permissions import reading
 
 RANGE_PARAMETERS = [
     OpenApiParameter("range", str, enum=["1h", "24h", "7d"], description="A range ending now (default 1h)."),

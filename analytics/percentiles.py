@@ -1,11 +1,11 @@
-"""Percentiles from a latency histogram (bucket index -> count, streams/delivery_schema.py): the upper bound of
-the bucket in which the quantile falls, so exact to one bucket (19 %) however many histograms were summed."""
+"""Percentiles from a latency histogram (bucket index -> count, streams/telemetry/delivery_schema.py): the upper bound
+of the bucket in which the quantile falls, so exact to one bucket (19 %) however many histograms were summed."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from streams.delivery_schema import bucket_upper_ms
+from streams.telemetry.delivery_schema import bucket_upper_ms
 
 QUANTILES = (0.5, 0.95, 0.99)
 

@@ -25,7 +25,7 @@ from django.utils import timezone
 from analytics.jobs.rollup import SESSION_COUNTS, TRAFFIC, Rollup, rollup
 from analytics.jobs.spark import spark_session
 from analytics.models import IdentityMinute, LatencyBucket, RefusalMinute, RolledUpFile, RollupRun, RouteMinute
-from streams.delivery_schema import TABLES
+from streams.telemetry.delivery_schema import TABLES
 
 log = logging.getLogger(__name__)
 

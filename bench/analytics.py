@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from analytics.jobs.rollup import rollup  # noqa: E402
 from analytics.jobs.spark import spark_session  # noqa: E402
-from streams.delivery_schema import DELIVERIES, REFUSALS, SCHEMAS, SESSIONS, bucket  # noqa: E402
+from streams.telemetry.delivery_schema import DELIVERIES, REFUSALS, SCHEMAS, SESSIONS, bucket  # noqa: E402
 
 DAY = datetime(2026, 11, 21, tzinfo=UTC)
 NODES = 4

@@ -6,7 +6,7 @@ Run by hand, against an Apache Kafka of its own (default) or any broker::
     .venv/bin/python -X faulthandler bench/topic_deletion.py --bootstrap H:P  # against another broker
     .venv/bin/python -X faulthandler bench/topic_deletion.py --only unassign  # one scenario
 
-The consumer is set up as the fetcher sets up its own (streams/fetcher.py): no group, `incremental_assign()` at
+The consumer is set up as the fetcher sets up its own (streams/kafka/fetcher.py): no group, `incremental_assign()` at
 explicit offsets, `enable.partition.eof`, `fetch.wait.max.ms` 20, polled from a thread, with
 `get_watermark_offsets(cached=True)` every second. A second topic is assigned beside the deleted one and
 produced to throughout, to see whether the consumer keeps fetching it. Each scenario runs in a child process of

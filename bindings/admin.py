@@ -34,8 +34,8 @@ from bindings.models import (
     RouteGuard,
     check_route_params,
 )
+from bindings.models.revocation import Revocation, revocation_representation
 from bindings.representations import endpoint_representation, guard_representation
-from bindings.revocations import Revocation, revocation_representation
 
 
 class _Edit:

@@ -29,7 +29,7 @@ from bindings.models import (
     RouteFilter,
     routes_in_order,
 )
-from bindings.revocations import Revocation
+from bindings.models.revocation import Revocation
 
 __all__ = [
     "ASYMMETRIC_ALGORITHMS",

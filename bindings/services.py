@@ -40,8 +40,8 @@ from bindings.models import (
     check_route_params,
     default_endpoint,
 )
+from bindings.models.revocation import Revocation, revocation_representation
 from bindings.representations import endpoint_representation, guard_representation
-from bindings.revocations import Revocation, revocation_representation
 from bindings.shapes import EndpointShape, FilterShape, GuardShape, RevocationShape, RouteShape, problems
 
 Errors = dict[str, list[str]]

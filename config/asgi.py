@@ -15,7 +15,7 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from streams.endpoint import StreamEndpoint  # noqa: E402
+from streams.edge.endpoint import StreamEndpoint  # noqa: E402
 
 http_app = ASGIStaticFilesHandler(django_app) if settings.SERVE_STATIC else django_app
 application = ProtocolTypeRouter({"http": StreamEndpoint(http_app)})

@@ -7,9 +7,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from analytics.api import RouteAnalyticsListView, RouteAnalyticsView
-from bindings.api import ChangeViewSet, EndpointViewSet, GuardViewSet, RouteViewSet
-from bindings.api_revocations import RevocationViewSet
-from bindings.api_zilla import ZillaExportView, ZillaImportView
+from bindings.api.resources import ChangeViewSet, EndpointViewSet, GuardViewSet, RouteViewSet
+from bindings.api.revocations import RevocationViewSet
+from bindings.api.zilla import ZillaExportView, ZillaImportView
 
 router = DefaultRouter()
 router.register("routes", RouteViewSet)
@@ -28,12 +28,12 @@ urlpatterns = [
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/import/zilla", ZillaImportView.as_view(), name="zilla-import"),
     path("api/v1/export/zilla", ZillaExportView.as_view(), name="zilla-export"),
-    path("api/v1/", include("bindings.urls")),
+    path("api/v1/", include("bindings.api.urls")),
     path("api/v1/", include(router.urls)),
 ]
 
-# Under /api/ Django's own error pages are problem bodies too (bindings/problems.py).
-handler400 = "bindings.problems.bad_request"
-handler403 = "bindings.problems.permission_denied"
-handler404 = "bindings.problems.page_not_found"
-handler500 = "bindings.problems.server_error"
+# Under /api/ Django's own error pages are problem bodies too (bindings/api/problems.py).
+handler400 = "bindings.api.problems.bad_request"
+handler403 = "bindings.api.problems.permission_denied"
+handler404 = "bindings.api.problems.page_not_found"
+handler500 = "bindings.api.problems.server_error"

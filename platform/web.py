@@ -150,7 +150,7 @@ def certificate(host: str) -> tuple[Path, Path]:
 
 
 def metrics_dir() -> Path:
-    """The directory the workers share their metrics through (streams/metrics.py), cleared of an earlier run's."""
+    """The directory the workers share their metrics through (streams/edge/metrics.py), cleared of an earlier run's."""
     given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if given:
         directory = Path(given)

@@ -16,9 +16,9 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from django.conf import settings
 
-from streams.topics import ensure_topic
-from tests.inprocess import LoopThread
-from tests.servers import start_daphne, stop_web, web_started
+from streams.kafka.admin import ensure_topic
+from tests.support.inprocess import LoopThread
+from tests.support.servers import start_daphne, stop_web, web_started
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,7 +79,7 @@ def new_topic(created_topics: list[str]) -> Callable[..., str]:
 
 @pytest.fixture
 def loop_thread() -> Iterator[LoopThread]:
-    """An event loop in a thread of its own, for the data plane run in the test process (tests/inprocess.py)."""
+    """An event loop in a thread of its own, for the data plane run in the test process (tests/support/inprocess.py)."""
     runner = LoopThread()
     yield runner
     runner.close()

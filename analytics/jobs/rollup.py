@@ -6,7 +6,7 @@ minute already rolled up is simply added to it, and the caller records which fil
 transaction as the sums, so no file is ever added twice. Percentiles come later, from the summed histograms
 (`analytics.percentiles`); concurrency comes from the streams opened and closed per minute (a running sum).
 
-Input: the files of each table (streams/delivery_schema.py). Output: plain rows, small enough to collect: one
+Input: the files of each table (streams/telemetry/delivery_schema.py). Output: plain rows, small enough to collect: one
 per route, topic and minute (and per bucket, reason, identity). Minutes are epoch seconds, multiples of 60.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streams.delivery_schema import DELIVERIES, REFUSALS, SESSIONS, End, Event, Start
+from streams.telemetry.delivery_schema import DELIVERIES, REFUSALS, SESSIONS, End, Event, Start
 
 # Per route, topic and minute: the sums a RouteMinute row holds, from each table.
 TRAFFIC = ("events", "bytes", "writes")

@@ -2,7 +2,7 @@
 `POST /api/v1/import/asyncapi` (a document's SSE channels as routes).
 
 Both use the API's authentication (REST_FRAMEWORK settings); the export needs the view permissions of endpoints,
-guards and routes, the import their add and change permissions (bindings.permissions).
+guards and routes, the import their add and change permissions (bindings.api.permissions).
 Errors are the API's problem bodies (JSON whatever was asked for); a 400's `errors` maps where each problem is
 in the document (`channels.items.x-sse-kafka.topic`) to its messages.
 """
@@ -19,10 +19,10 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from bindings.asyncapi import AsyncApiImportError, dump_yaml, export_asyncapi, import_asyncapi, parse_document
+from bindings.api.permissions import configuration_permissions, reading
+from bindings.api.problems import JsonErrorsView, query_flag
+from bindings.asyncapi.document import AsyncApiImportError, dump_yaml, export_asyncapi, import_asyncapi, parse_document
 from bindings.history import Actor
-from bindings.permissions import configuration_permissions, reading
-from bindings.problems import JsonErrorsView, query_flag
 
 
 class YAMLRenderer(BaseRenderer):

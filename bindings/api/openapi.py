@@ -4,7 +4,7 @@
   them as raw JSON; `RouteSerializerExtension` documents their real shape (`bindings.shapes.FilterShape`, the
   one the services check them with).
 - Every representation carries all its fields: `mark_response_fields_required` says so for response bodies.
-- `add_problem_responses` documents the problem bodies (`bindings.problems`) each operation can answer, and the
+- `add_problem_responses` documents the problem bodies (`bindings.api.problems`) each operation can answer, and the
   201 of a `PUT` that creates.
 
 `AutoSchema` is REST_FRAMEWORK's DEFAULT_SCHEMA_CLASS; importing this module with it registers the extension.
@@ -17,7 +17,7 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 
-from bindings.problems import PROBLEM_CONTENT_TYPE
+from bindings.api.problems import PROBLEM_CONTENT_TYPE
 from bindings.shapes import FilterShape
 
 PROBLEM_SCHEMA: dict[str, Any] = {
@@ -58,7 +58,7 @@ class AutoSchema(SpectacularAutoSchema):
 
 # drf-spectacular registers an extension in its (untyped) __init_subclass__.
 class RouteSerializerExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
-    target_class = "bindings.api.RouteSerializer"
+    target_class = "bindings.api.resources.RouteSerializer"
 
     def map_serializer(self, auto_schema: Any, direction: Any) -> Any:
         schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)

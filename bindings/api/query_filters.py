@@ -16,7 +16,7 @@ from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework.pagination import LimitOffsetPagination
 
 from bindings.models import Change, Endpoint, Guard, Route, RouteCondition
-from bindings.revocations import Revocation
+from bindings.models.revocation import Revocation
 
 MAX_PAGE = 1000
 

@@ -17,6 +17,8 @@ from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from bindings.api.permissions import model_permissions, require
+from bindings.api.problems import Conflict
 from bindings.history import Actor
 from bindings.models import (
     Change,
@@ -25,8 +27,6 @@ from bindings.models import (
     Route,
     routes_in_order,
 )
-from bindings.permissions import model_permissions, require
-from bindings.problems import Conflict
 from bindings.representations import endpoint_representation, guard_representation, route_representation
 from bindings.services import (
     do_delete_endpoint,

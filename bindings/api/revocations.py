@@ -13,8 +13,8 @@ from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from bindings.api import _as_api_error, api_actor
-from bindings.revocations import Revocation, revocation_representation
+from bindings.api.resources import _as_api_error, api_actor
+from bindings.models.revocation import Revocation, revocation_representation
 from bindings.services import do_change_revocation, do_delete_revocation, do_revoke
 from bindings.shapes import RevocationShape
 

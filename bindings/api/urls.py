@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from bindings.asyncapi_views import AsyncApiExportView, AsyncApiImportView
+from bindings.api.asyncapi import AsyncApiExportView, AsyncApiImportView
 
 urlpatterns = [
     path("asyncapi.yaml", AsyncApiExportView.as_view(), name="asyncapi-export"),

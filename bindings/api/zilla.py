@@ -1,7 +1,7 @@
 """zilla.yaml over the API: `POST /api/v1/import/zilla` and `GET /api/v1/export/zilla`.
 
 Authentication is the API's (REST_FRAMEWORK); the import needs the add and change permissions of endpoints,
-guards and routes (and delete_route with `?prune=true`), the export their view permissions (bindings.permissions).
+guards and routes (and delete_route with `?prune=true`), the export their view permissions (bindings.api.permissions).
 The import takes the YAML as the body (application/yaml, text/yaml, application/x-yaml or text/plain) or as JSON
 `{"yaml": "..."}`; `?dry_run=true` answers the changes without writing, `?prune=true` also deletes the routes the
 file does not have. Bad input is a 400 problem whose `errors` are keyed by where in the file the problem is
@@ -23,11 +23,11 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from bindings.api.parsers import JSONParser
+from bindings.api.permissions import configuration_permissions, reading, require
+from bindings.api.problems import PROBLEM_CONTENT_TYPE, JsonErrorsView, problem, query_flag, summary
 from bindings.history import Actor
-from bindings.parsers import JSONParser
-from bindings.permissions import configuration_permissions, reading, require
-from bindings.problems import PROBLEM_CONTENT_TYPE, JsonErrorsView, problem, query_flag, summary
-from bindings.zilla import ZillaConfigError, do_import_zilla, export_zilla
+from bindings.zilla.document import ZillaConfigError, do_import_zilla, export_zilla
 
 YAML_CONTENT_TYPE = "application/yaml"
 MAX_YAML_BYTES = 1024 * 1024  # a zilla.yaml is a few kilobytes; refuse before parsing anything huge

@@ -21,16 +21,16 @@ from __future__ import annotations
 import re
 from functools import partial
 
-from bindings import yaml_documents
-from bindings.asyncapi_export import dump_yaml, export_asyncapi
-from bindings.asyncapi_plan import _plan, _PlannedRoute
-from bindings.asyncapi_schema import _DOCUMENT_KEY, _NAMED, EXTENSION
+from bindings.asyncapi.export import dump_yaml, export_asyncapi
+from bindings.asyncapi.plan import _plan, _PlannedRoute
+from bindings.asyncapi.schema import _DOCUMENT_KEY, _NAMED, EXTENSION
+from bindings.documents import yaml_io
+from bindings.documents.importing import ImportProblems, ImportResult, Write, run_import
 from bindings.history import Actor
-from bindings.importing import ImportProblems, ImportResult, Write, run_import
 from bindings.services import do_put_endpoint, do_put_guard, do_put_route
 
-# The format's entry points. Import is here; reading channels into a plan is in asyncapi_plan.py, the export in
-# asyncapi_export.py, the mapping between our fields and the document's keys in asyncapi_schema.py.
+# The format's entry points. Import is here; reading channels into a plan is in plan.py, the export in
+# export.py, the mapping between our fields and the document's keys in schema.py.
 __all__ = ["AsyncApiImportError", "ImportResult", "dump_yaml", "export_asyncapi", "import_asyncapi", "parse_document"]
 
 
@@ -42,8 +42,8 @@ def parse_document(text: str | bytes, *, is_json: bool = False) -> object:
     """A document from YAML (JSON is YAML too) or, with `is_json`, strict JSON; AsyncApiImportError naming
     `document` if it is neither."""
     try:
-        return yaml_documents.load(text, is_json=is_json)
-    except yaml_documents.DocumentError as exc:
+        return yaml_io.load(text, is_json=is_json)
+    except yaml_io.DocumentError as exc:
         what = "JSON" if is_json else "YAML or JSON"
         raise AsyncApiImportError({"document": [f"Not valid {what}: {exc}"]}) from None
 

@@ -1,4 +1,4 @@
-"""The routes as an AsyncAPI 3.0 document (see bindings/asyncapi.py for what a document holds)."""
+"""The routes as an AsyncAPI 3.0 document (see bindings/asyncapi/document.py for what a document holds)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from bindings import yaml_documents
-from bindings.asyncapi_schema import (
+from bindings.asyncapi.schema import (
     _ENDPOINT_KEYS,
     _FORM_OF_EVENT_ID,
     _GUARD_KEYS,
@@ -17,6 +16,7 @@ from bindings.asyncapi_schema import (
     RESUME,
     _unique,
 )
+from bindings.documents import yaml_io
 from bindings.models import (
     EVENT_ID_KEY_AND_ETAG,
     PRIVATE_JWK_MEMBERS,
@@ -126,7 +126,7 @@ def export_asyncapi(server_url: str, *, title: str = "SSE over Kafka", version: 
 
 def dump_yaml(document: Mapping[str, Any]) -> str:
     """The document as YAML, keys in the order they were built, no aliases."""
-    return yaml_documents.dump(document)
+    return yaml_io.dump(document)
 
 
 def _server(server_url: str) -> dict[str, Any]:

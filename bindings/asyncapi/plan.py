@@ -1,5 +1,5 @@
 """Reading an AsyncAPI document's channels into planned routes, guards and endpoints, every problem keyed by where
-it is in the document (bindings/asyncapi.py writes the plan)."""
+it is in the document (bindings/asyncapi/document.py writes the plan)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bindings.asyncapi_schema import (
+from bindings.asyncapi.schema import (
     _DOCUMENT_KEY,
     _FORM_OF_EVENT_ID,
     _NAMED,

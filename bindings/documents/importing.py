@@ -1,6 +1,6 @@
 """The importers' shared core, for zilla.yaml and AsyncAPI alike.
 
-An import reads a document (`bindings.yaml_documents` loads it), plans it without the database (each format its
+An import reads a document (`bindings.documents.yaml_io` loads it), plans it without the database (each format its
 own way, problems keyed by where they are in the document) and then runs its writes here:
 
 - `Problems` collects what is wrong, keyed by where in the document (`bindings.x.routes[0].with.topic`,

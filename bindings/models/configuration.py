@@ -569,7 +569,3 @@ def routes_in_order() -> models.QuerySet[Route]:
         )
         .order_by("position", "id")
     )
-
-
-# Defined in its own module (it needs nothing above but the Guard it names); imported here so Django finds it.
-from bindings.revocations import Revocation  # noqa: E402, F401

@@ -5,7 +5,7 @@ A revocation names a guard and exactly one of an identity (what the guard's iden
 token needs refusing only until it expires, so `until` is at most the lifetime of the tokens already issued (for an
 identity, of the last one issued before the cut-off is made in the identity provider).
 
-The model lives here rather than in `bindings.models`, which imports it so Django finds it. Writes go through
+The model has a module of its own in `bindings.models`, whose face hands it to Django. Writes go through
 `bindings.services` (history and change events), reads for the data plane through `bindings.selectors`.
 """
 

@@ -1,8 +1,8 @@
 """zilla.yaml import and export: endpoints, JWT guards and sse-kafka routes to and from Zilla's configuration.
 
 This module parses a file, plans it and writes the plan (all or nothing, dry runs included); it is the format's
-entry point. The planning of endpoints and routes is in zilla_plan.py, of guards in zilla_guards.py, the export
-in zilla_export.py, the result type in importing.py.
+entry point. The planning of endpoints and routes is in plan.py, of guards in guards.py, the export
+in export.py, the result type in bindings/documents/importing.py.
 
 Import reads a whole zilla.yaml:
 - each `sse` server binding whose exit is an `sse-kafka` binding becomes an endpoint (named after the binding,
@@ -37,9 +37,9 @@ from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import Any
 
-from bindings import yaml_documents
+from bindings.documents import yaml_io
+from bindings.documents.importing import ImportResult, Write, run_import
 from bindings.history import Actor, route_state
-from bindings.importing import ImportResult, Write, run_import
 from bindings.models import (
     DEFAULT_KEEPALIVE_S,
     SLOW_CLIENT_CLOSE,
@@ -49,9 +49,9 @@ from bindings.models import (
     Route,
 )
 from bindings.services import do_delete_route, do_put_endpoint, do_put_guard, do_put_route
-from bindings.zilla_export import export_zilla
-from bindings.zilla_guards import _plan_guard
-from bindings.zilla_plan import (
+from bindings.zilla.export import export_zilla
+from bindings.zilla.guards import _plan_guard
+from bindings.zilla.plan import (
     _TOP_KEYS,
     MAX_VALUES,
     ZillaConfigError,
@@ -64,16 +64,16 @@ from bindings.zilla_plan import (
     _unknown,
 )
 
-# The format's entry points. Parsing and planning are here; shapes, endpoints and routes in zilla_plan.py, guards
-# in zilla_guards.py, the export in zilla_export.py.
+# The format's entry points. Parsing and planning are here; shapes, endpoints and routes in plan.py, guards
+# in guards.py, the export in export.py.
 __all__ = ["ImportResult", "ZillaConfigError", "do_import_zilla", "export_zilla"]
 
 
 def parse(text: str) -> Mapping[str, Any]:
     try:
         # Zilla files may share options through anchors; what aliases expand to is bounded below (MAX_VALUES).
-        config = yaml_documents.load(text, aliases=True)
-    except yaml_documents.DocumentError as exc:
+        config = yaml_io.load(text, aliases=True)
+    except yaml_io.DocumentError as exc:
         raise ZillaConfigError({"yaml": [f"Not valid YAML: {exc}"]}) from None
     if not isinstance(config, Mapping):
         raise ZillaConfigError({"yaml": ["A zilla.yaml is a mapping with `bindings` (and `guards`)."]})

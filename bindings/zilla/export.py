@@ -1,11 +1,11 @@
-"""Writing the configuration as a zilla.yaml (bindings/zilla.py imports one)."""
+"""Writing the configuration as a zilla.yaml (bindings/zilla/document.py imports one)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from bindings import yaml_documents
+from bindings.documents import yaml_io
 from bindings.models import (
     DEFAULT_IDENTITY_CLAIM,
     DEFAULT_KEEPALIVE_S,
@@ -18,7 +18,7 @@ from bindings.models import (
     Route,
     routes_in_order,
 )
-from bindings.zilla_plan import KAFKA_EXIT, slug
+from bindings.zilla.plan import KAFKA_EXIT, slug
 
 # --- export -------------------------------------------------------------------------------------------------
 
@@ -83,7 +83,7 @@ def export_zilla(name: str = "sse-platform", *, strict: bool = False) -> tuple[s
     if guards:
         config["guards"] = guards
     config["bindings"] = bindings
-    return yaml_documents.dump(config), notes
+    return yaml_io.dump(config), notes
 
 
 def _export_route(route: Route, index: int, strict: bool, extension: Callable[[str], bool]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bindings.patterns import GUARD_NAME
-from bindings.zilla_plan import _GUARD_KEYS, _JWT_OPTIONS, MAX_NAME, _GuardPlan, _int, _Plan, _unknown
+from bindings.zilla.plan import _GUARD_KEYS, _JWT_OPTIONS, MAX_NAME, _GuardPlan, _int, _Plan, _unknown
 
 _KEY_MATERIAL = ("n", "e", "x", "y")
 

@@ -1,5 +1,5 @@
 """Reading a zilla.yaml: the plan's shapes, the checks of the file's shape, and the planning of endpoints and
-routes, with every problem keyed by where it is in the file (bindings/zilla.py parses, plans and writes)."""
+routes, with every problem keyed by where it is in the file (bindings/zilla/document.py parses, plans and writes)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bindings.importing import Errors, ImportProblems
+from bindings.documents.importing import Errors, ImportProblems
 from bindings.models import (
     DEFAULT_RETRY_MS,
     EVENT_ID_ETAG,

@@ -128,14 +128,14 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["bindings.permissions.HasModelPermissions"],
-    "DEFAULT_PAGINATION_CLASS": "bindings.filters.ApiPagination",
+    "DEFAULT_PERMISSION_CLASSES": ["bindings.api.permissions.HasModelPermissions"],
+    "DEFAULT_PAGINATION_CLASS": "bindings.api.query_filters.ApiPagination",
     "PAGE_SIZE": 100,
-    "DEFAULT_FILTER_BACKENDS": ["bindings.filters.ApiFilterBackend"],
+    "DEFAULT_FILTER_BACKENDS": ["bindings.api.query_filters.ApiFilterBackend"],
     # Routes nest lists and objects that forms cannot carry: the API reads JSON only (415 otherwise).
-    "DEFAULT_PARSER_CLASSES": ["bindings.parsers.JSONParser"],
-    "EXCEPTION_HANDLER": "bindings.problems.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "bindings.openapi.AutoSchema",
+    "DEFAULT_PARSER_CLASSES": ["bindings.api.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "bindings.api.problems.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "bindings.api.openapi.AutoSchema",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -155,8 +155,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "bindings.openapi.mark_response_fields_required",
-        "bindings.openapi.add_problem_responses",
+        "bindings.api.openapi.mark_response_fields_required",
+        "bindings.api.openapi.add_problem_responses",
     ],
 }
 

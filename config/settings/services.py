@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from config.env import envint, envstr, redis_url
-from config.kafka import KafkaSettings
+from config.kafka_settings import KafkaSettings
 
 REDIS_URL = redis_url("REDIS_URL", envstr("REDIS_URL"))
 

@@ -27,10 +27,10 @@ SSE_STALL_GRACE_MS = envint("SSE_STALL_GRACE_MS", default=2000, minimum=0)
 # logged and counted as stalled (`/-/health`): the symptom of a defect, made visible instead of silent.
 SSE_STALL_NOTICE_S = envint("SSE_STALL_NOTICE_S", default=30, minimum=1)
 # While a process has no stream open, every this many seconds: a full garbage collection, then the C library's free
-# memory handed back to the kernel (streams/memory.py); 0 = never.
+# memory handed back to the kernel (streams/edge/memory.py); 0 = never.
 SSE_MEMORY_TRIM_S = envint("SSE_MEMORY_TRIM_S", default=30, minimum=0)
 
-# A guard's JWKS URL (streams/jwks.py): https only unless this is set (the tests serve keys over local http);
+# A guard's JWKS URL (streams/access/jwks.py): https only unless this is set (the tests serve keys over local http);
 # the whole fetch (connect, TLS, headers, body) must end within the timeout, and a larger document is refused.
 # Until the keys can be read, the guard's routes answer 503.
 SSE_JWKS_ALLOW_HTTP = envbool("SSE_JWKS_ALLOW_HTTP", False)

@@ -33,9 +33,9 @@ from jwt.exceptions import PyJWTError
 
 from bindings.patterns import guard_values, inseparable_values
 from bindings.selectors import ASYMMETRIC_ALGORITHMS, GuardSpec, RouteSpec
-from streams.asgi import Scope, header
-from streams.jwks import JwksClient, JwksError
-from streams.routing import Match
+from streams.access.jwks import JwksClient, JwksError
+from streams.codecs.asgi import Scope, header
+from streams.routes.matching import Match
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class KeysUnavailable(Exception):
 
 
 # JWKS fetches block; they get threads of their own so a slow identity provider never holds up the threads that
-# load routes. Each fetch ends by SSE_JWKS_TIMEOUT_S (streams/jwks.py).
+# load routes. Each fetch ends by SSE_JWKS_TIMEOUT_S (streams/access/jwks.py).
 _jwks_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="jwks")
 FAR_FUTURE_S = 2**53  # an exp past it is as good as never (and a float holds it exactly)
 
@@ -294,7 +294,7 @@ class Refusal:
     status: int
     detail: str
     token_given: bool
-    revoked: bool = False  # a 401 for a token an operator revoked (streams/revocations.py)
+    revoked: bool = False  # a 401 for a token an operator revoked (streams/access/revocations.py)
 
     @property
     def reason(self) -> str:

@@ -1,6 +1,6 @@
 """A guarded stream's token lease (docs/contract.md §6): the stream ends when the first of its tokens expires, and,
 when a guard asks for it, the client is challenged for a new token that many seconds before. A challenge
-response renews the tokens in place (streams/sessions.py), then `schedule()` re-arms the timer.
+response renews the tokens in place (streams/access/renewal.py), then `schedule()` re-arms the timer.
 
 The lease talks to its stream only through the two callables it is given: `challenge()` and `end(reason)`.
 """
@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 
 from bindings.selectors import RouteSpec
-from streams.delivery_schema import End
-from streams.guards import Session
+from streams.access.guards import Session
+from streams.telemetry.delivery_schema import End
 
 
 class Lease:

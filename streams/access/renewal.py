@@ -23,9 +23,9 @@ from typing import Protocol
 from channels.layers import get_channel_layer
 
 from bindings.selectors import GuardSpec, RouteSpec
-from streams.delivery_schema import End
-from streams.guards import Session, route_guard_values, verifiers
-from streams.listen import listen
+from streams.access.guards import Session, route_guard_values, verifiers
+from streams.routes.listen import listen
+from streams.telemetry.delivery_schema import End
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class Sessions:
         self._listener: asyncio.Task[None] | None = None
         # Whether the listener has lost the group and not joined it again: a broadcast would not reach this process.
         self._deaf = False
-        # Whether an operator revoked a token of a guard (streams/revocations.py): such a token renews nothing.
+        # Whether an operator revoked a token of a guard (streams/access/revocations.py): such a token renews nothing.
         self.is_revoked: Callable[[str, Session], bool] = lambda guard, session: False
 
     def add(self, stream: GuardedStream) -> None:

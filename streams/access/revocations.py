@@ -30,11 +30,11 @@ from django.db import DatabaseError, close_old_connections
 
 from bindings.changes import CHANGES_GROUP
 from bindings.selectors import RevocationSpec, revocation_specs
-from streams.delivery_schema import End
-from streams.guards import REVOKED_DETAIL, Session
-from streams.http import REVOKED_TITLE, REVOKED_TYPE
-from streams.listen import listen
-from streams.sessions import GuardedStream, Sessions
+from streams.access.guards import REVOKED_DETAIL, Session
+from streams.access.renewal import GuardedStream, Sessions
+from streams.edge.http import REVOKED_TITLE, REVOKED_TYPE
+from streams.routes.listen import listen
+from streams.telemetry.delivery_schema import End
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Paths under the reserved prefixes (admin, API, static, the demo page) go to Djan
 stream request, matched against the routes. A stream runs as two tasks, the Kafka pump and a watcher of the
 client's `http.disconnect`; whichever ends first cancels the other, so a disconnect ends the stream at once.
 Its parts live beside it: HTTP helpers (http.py), requests that open no stream (side_requests.py), the pump
-(pump.py), a guarded stream's token lease (lease.py).
+(streams/stream/pump.py), a guarded stream's token lease (streams/access/lease.py).
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from django.db import DatabaseError
 from bindings.patterns import is_topic_name
 from bindings.selectors import SLOW_CLIENT_CONFLATE, RouteSpec
 from config.logs import log_access, new_request_id, request_id
-from streams import sse
-from streams.asgi import ASGIApp, Receive, Scope, Send, header, until_disconnect
-from streams.delivery_log import SessionRecord
-from streams.delivery_schema import End
-from streams.guards import Refusal, Session, authorise
-from streams.http import (
+from streams.access.guards import Refusal, Session, authorise
+from streams.access.lease import Lease
+from streams.access.renewal import CHALLENGE_EVENT
+from streams.access.revocations import REVOKED_EVENT
+from streams.codecs import sse
+from streams.codecs.asgi import ASGIApp, Receive, Scope, Send, header, until_disconnect
+from streams.edge.http import (
     MAX_LAST_EVENT_ID_BYTES,
     STREAM_HEADERS,
     cors_headers,
@@ -39,21 +40,20 @@ from streams.http import (
     respond_json,
     since_param,
 )
-from streams.kafka import KafkaUnavailableError, ReaderStats, TopicNotFoundError
-from streams.lease import Lease
-from streams.limits import LimitReached
-from streams.metrics import STARTS, exposition
-from streams.opening import guarded_identity, open_subscription, session_record
-from streams.pump import Pump
-from streams.reader import Source, start_source
-from streams.readiness import PROBES, checks
-from streams.revocations import REVOKED_EVENT
-from streams.routing import Match
-from streams.runtime import Runtime
-from streams.runtime import runtime as process_runtime
-from streams.server import FLOW_EXTENSION
-from streams.sessions import CHALLENGE_EVENT
-from streams.side_requests import side_request
+from streams.edge.limits import LimitReached
+from streams.edge.metrics import STARTS, exposition
+from streams.edge.readiness import PROBES, checks
+from streams.edge.runtime import Runtime
+from streams.edge.runtime import runtime as process_runtime
+from streams.edge.side_requests import side_request
+from streams.kafka.client import KafkaUnavailableError, ReaderStats, TopicNotFoundError
+from streams.routes.matching import Match
+from streams.server.daphne import FLOW_EXTENSION
+from streams.stream.opening import guarded_identity, open_subscription, session_record
+from streams.stream.pump import Pump
+from streams.stream.reader import Source, start_source
+from streams.telemetry.delivery_log import SessionRecord
+from streams.telemetry.delivery_schema import End
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ class Stream:
             return
         try:
             candidates = await self.runtime.routes.candidates(path)
-        except DatabaseError:  # and no table read before (streams/routes.py)
+        except DatabaseError:  # and no table read before (streams/routes/table.py)
             detail = "The routes cannot be read now; retry in a moment."
             await self.problem(503, "Routes unavailable", detail, reason="database", headers=RETRY_SOON)
             return

@@ -8,9 +8,9 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from bindings.selectors import EndpointSpec
-from streams.asgi import Scope, Send, header
-from streams.guards import Refusal
-from streams.positions import parse_since
+from streams.access.guards import Refusal
+from streams.codecs.asgi import Scope, Send, header
+from streams.events.start_plan import parse_since
 
 # A revoked token's 401 says so, apart from other 401s (docs/contract.md §6): a client must not retry it.
 REVOKED_TYPE = "urn:sse-kafka-platform:problem:token-revoked"

@@ -3,7 +3,7 @@
 After a load, a process whose streams have all closed still held most of its peak: bench/soak.py measured a worker
 at +50-75 % RSS over its baseline minutes after its last client left, for two reasons and no leak:
 - streams leave reference cycles (daphne's request and its channel, futures and their callbacks) that only a full
-  collection frees; with the start-up heap frozen (streams/server.py) and little allocated while idle, a full
+  collection frees; with the start-up heap frozen (streams/server/daphne.py) and little allocated while idle, a full
   collection may wait for minutes;
 - what Python frees goes back to glibc's malloc, which keeps it for reuse rather than return it to the kernel: the
   worker's heap stayed at its peak size with most of it free.

@@ -34,11 +34,11 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as prometheus_multiprocess
 
-from streams.kafka import ReaderStats
+from streams.kafka.client import ReaderStats
 
 if TYPE_CHECKING:
-    from streams.delivery_log import Batch
-    from streams.hub import Hub
+    from streams.hub.hub import Hub
+    from streams.telemetry.delivery_log import Batch
 
 log = logging.getLogger(__name__)
 

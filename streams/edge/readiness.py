@@ -14,7 +14,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from streams.runtime import Runtime
+from streams.edge.runtime import Runtime
 
 READY_TIMEOUT_S = 2.0
 PROBES = frozenset({"/healthz", "/readyz", "/metrics"})  # paths of the process's own, never a route

@@ -1,14 +1,15 @@
 """Everything one web process holds for its streams, in one object handed to the endpoint.
 
-- `routes`: the route table, rebuilt on announced changes (streams/routes.py);
+- `routes`: the route table, rebuilt on announced changes (streams/routes/table.py);
 - `open_streams`: the open streams by route, closed when their route changes;
-- `sessions`: the guarded streams, renewed by challenge responses from any process (streams/sessions.py);
-- `revocations`: the revoked identities and tokens, refused and their streams ended (streams/revocations.py);
+- `sessions`: the guarded streams, renewed by challenge responses from any process (streams/access/renewal.py);
+- `revocations`: the revoked identities and tokens, refused and their streams ended (streams/access/revocations.py);
 - `stats`: the counters the health endpoint reports;
-- `delivery_log`: what the streams delivered and refused, as Parquet for the analytics (streams/delivery_log.py);
-- `metrics`: the same, and the process's gauges, for Prometheus (streams/metrics.py);
-- `memory`: gives memory back to the OS while no stream is open (streams/memory.py);
-- `hub()`: the hub of the running event loop: fetcher, cache and fan-out (streams/hub.py), started on first use.
+- `delivery_log`: what the streams delivered and refused, as Parquet for the analytics
+  (streams/telemetry/delivery_log.py);
+- `metrics`: the same, and the process's gauges, for Prometheus (streams/edge/metrics.py);
+- `memory`: gives memory back to the OS while no stream is open (streams/edge/memory.py);
+- `hub()`: the hub of the running event loop: fetcher, cache and fan-out (streams/hub/hub.py), started on first use.
 
 A server process has one, `runtime`; tests may make their own.
 """
@@ -22,13 +23,11 @@ from typing import Any
 
 from django.conf import settings
 
-from streams.delivery_log import DeliveryLog, DeliverySinks
-from streams.delivery_schema import End, Start
-from streams.hub import Hub, current_hub, get_hub
-from streams.kafka import ReaderStats
-from streams.limits import RateLimit, StreamLimits
-from streams.memory import Reclaimer
-from streams.metrics import (
+from streams.access.renewal import Sessions
+from streams.access.revocations import Revocations
+from streams.edge.limits import RateLimit, StreamLimits
+from streams.edge.memory import Reclaimer
+from streams.edge.metrics import (
     LOG_DROPPED,
     REFUSALS,
     RENEWALS,
@@ -39,10 +38,12 @@ from streams.metrics import (
     STREAMS_OPENED,
     Metrics,
 )
-from streams.revocations import Revocations
-from streams.routes import OpenStreams, RouteTable
-from streams.sessions import Sessions
-from streams.stats import StreamStats
+from streams.hub.hub import Hub, current_hub, get_hub
+from streams.kafka.client import ReaderStats
+from streams.routes.table import OpenStreams, RouteTable
+from streams.telemetry.counters import StreamStats
+from streams.telemetry.delivery_log import DeliveryLog, DeliverySinks
+from streams.telemetry.delivery_schema import End, Start
 
 # What a process's hub counts, all zero before its first stream starts the hub.
 IDLE_COUNTERS = (
@@ -125,7 +126,7 @@ class Runtime:
             "closed_on_revocation": self.revocations.closed,
             **counts,
             **self.delivery_log.stats(),
-            "gc_frozen_objects": gc.get_freeze_count(),  # the server freezes what it loaded (streams/server.py)
+            "gc_frozen_objects": gc.get_freeze_count(),  # the server freezes what it loaded (streams/server/daphne.py)
             "memory_reclaims": self.memory.runs,
         }
 

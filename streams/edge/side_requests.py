@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from streams.asgi import Receive, Scope, Send, header
-from streams.guards import accepted_by_any, credentials
-from streams.http import STREAM_METHODS, cors_headers, problem
-from streams.routes import RouteTable
-from streams.sessions import CHALLENGE_CONTENT_TYPE
+from streams.access.guards import accepted_by_any, credentials
+from streams.access.renewal import CHALLENGE_CONTENT_TYPE
+from streams.codecs.asgi import Receive, Scope, Send, header
+from streams.edge.http import STREAM_METHODS, cors_headers, problem
+from streams.routes.table import RouteTable
 
 if TYPE_CHECKING:
-    from streams.runtime import Runtime
+    from streams.edge.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from bindings.selectors import START_LIVE
-from streams.event_id import OFFSET_EARLIEST
-from streams.kafka import Watermarks
+from streams.codecs.event_id import OFFSET_EARLIEST
+from streams.kafka.client import Watermarks
 
 MAX_TIMESTAMP_MS = 2**63 - 1  # a Kafka timestamp is a signed 64-bit number of milliseconds
 

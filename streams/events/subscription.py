@@ -11,11 +11,11 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from streams import sse
-from streams.event_id import OFFSET_EARLIEST, encode_pair, encode_parts, etag_id_from, key_id_from
-from streams.filters import CompiledFilter, matches_any
-from streams.kafka import Record
-from streams.positions import Reset
+from streams.codecs import sse
+from streams.codecs.event_id import OFFSET_EARLIEST, encode_pair, encode_parts, etag_id_from, key_id_from
+from streams.events.start_plan import Reset
+from streams.kafka.client import Record
+from streams.routes.filters import CompiledFilter, matches_any
 
 RESET = b"reset"
 CAUGHT_UP = b"caught-up"

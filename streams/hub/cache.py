@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable
 
-from streams.kafka import Record
+from streams.kafka.client import Record
 
 
 class PartitionLog:

@@ -1,6 +1,6 @@
 """Topics deleted while streams read them: noticed, checked, and dropped, so their streams end and the others go on.
 
-Three signs lead here. The topic watch (streams/topic_watch.py) finds a topic with streams gone, or under
+Three signs lead here. The topic watch (streams/hub/topic_watch.py) finds a topic with streams gone, or under
 another topic id: on Apache Kafka the only sign, since librdkafka keeps the fetch errors of a deleted topic's
 assigned partitions to itself. The consumer reports a topic unknown (on brokers whose errors reach it). Or the
 consumer's process died (librdkafka 2.16 crashed on tansu's answer to such a fetch, decision 0008) and a new
@@ -18,10 +18,10 @@ import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from streams.kafka import TopicInfo, TopicNotFoundError
+from streams.kafka.client import TopicInfo, TopicNotFoundError
 
 if TYPE_CHECKING:
-    from streams.hub import Hub, TopicState
+    from streams.hub.hub import Hub, TopicState
 
 log = logging.getLogger(__name__)
 

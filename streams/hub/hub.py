@@ -4,7 +4,7 @@ It knows each topic a stream of this process reads (partitions, cleanup policy, 
 opens a cache window per partition on first use and has the fetcher read it from there, and wakes the
 streams of a topic when records arrive. Partitions nobody reads are paused at once and dropped, cache and
 all, after `SSE_TOPIC_IDLE_S` (bootstrap topics never are). Its janitor also runs the stall watch
-(streams/watchdog.py), and its topic watch (streams/topic_watch.py) notices topics deleted and partitions added.
+(streams/hub/watchdog.py), and its topic watch (streams/hub/topic_watch.py) notices topics deleted and partitions added.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from config.kafka import KafkaSettings
-from streams.cache import Cache
-from streams.deletions import Deletions, forget
-from streams.fetcher import FetchedBatch, Fetcher
-from streams.kafka import Metadata, TopicInfo, Watermarks
-from streams.shared_reads import SharedReads
-from streams.starts import Positions, StartFinder
-from streams.topic_watch import CHECK_S, TopicWatch
-from streams.watchdog import StallWatch, Watched
+from config.kafka_settings import KafkaSettings
+from streams.hub.cache import Cache
+from streams.hub.deletions import Deletions, forget
+from streams.hub.shared_reads import SharedReads
+from streams.hub.start_finder import Positions, StartFinder
+from streams.hub.topic_watch import CHECK_S, TopicWatch
+from streams.hub.watchdog import StallWatch, Watched
+from streams.kafka.client import Metadata, TopicInfo, Watermarks
+from streams.kafka.fetcher import FetchedBatch, Fetcher
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class Subscriber(Watched, Protocol):
         """Count what the last write delivered, to `clients` clients (a group's leader counts for the group)."""
 
     def gone(self) -> None:
-        """The topic was deleted: the stream ends (streams/deletions.py)."""
+        """The topic was deleted: the stream ends (streams/hub/deletions.py)."""
 
     def grow(self, starts: Mapping[int, int]) -> None:
         """Partitions were added to the topic: read them too, from `starts` (each one's first offset), and name
@@ -175,7 +175,7 @@ class Hub:
     async def positions(
         self, state: TopicState, *, resumed: Mapping[int, int] | None, start: str, since_ms: int | None
     ) -> Positions:
-        """Where a new stream starts (streams/starts.py)."""
+        """Where a new stream starts (streams/hub/start_finder.py)."""
         return await self.starts.positions(state, resumed=resumed, start=start, since_ms=since_ms)
 
     # --- subscribers ------------------------------------------------------------------------------------
@@ -239,7 +239,7 @@ class Hub:
     def _on_lows(self, lows: dict[tuple[str, int], int]) -> None:
         """Kafka's start of the partitions being fetched, from the fetch responses: records deleted or past
         retention move it while the cache window may still hold them. New streams start there and resumes below
-        it get a reset, as when the start comes from a lookup (streams/starts.py)."""
+        it get a reset, as when the start comes from a lookup (streams/hub/start_finder.py)."""
         for (topic, partition), low in lows.items():
             state = self.topics.get(topic)
             if state is not None and low > state.low.get(partition, low):

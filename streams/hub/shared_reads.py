@@ -22,11 +22,11 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from streams.delivery_log import DeliverySink
-from streams.kafka import Record
-from streams.subscription import Position
+from streams.events.subscription import Position
+from streams.kafka.client import Record
+from streams.telemetry.delivery_log import DeliverySink
 
-MAX_BYTES = 2 * 1024 * 1024  # per topic: 8 reads of the largest chunk (streams/reader.py), many more small ones
+MAX_BYTES = 2 * 1024 * 1024  # per topic: 8 reads of the largest chunk (streams/stream/reader.py), many more small ones
 KEEP_S = 10.0
 
 

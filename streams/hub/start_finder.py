@@ -1,6 +1,6 @@
 """Where a new stream starts in each partition: from the cache when it can answer, else from Kafka's watermarks.
 
-The decision itself is pure (`plan_start` in streams/positions.py); this module gathers what it needs with as
+The decision itself is pure (`plan_start` in streams/events/start_plan.py); this module gathers what it needs with as
 few broker round trips as it can: none when the fetcher is at the end of every partition and the cache window
 holds the requested offsets, one watermark lookup shared by every stream starting together otherwise.
 """
@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 
 from bindings.selectors import START_LIVE
-from streams.cache import Cache
-from streams.event_id import OFFSET_EARLIEST
-from streams.kafka import Metadata, Watermarks
-from streams.positions import StartPlan, plan_start, since_offsets
+from streams.codecs.event_id import OFFSET_EARLIEST
+from streams.events.start_plan import StartPlan, plan_start, since_offsets
+from streams.hub.cache import Cache
+from streams.kafka.client import Metadata, Watermarks
 
 if TYPE_CHECKING:
-    from streams.hub import TopicState
+    from streams.hub.hub import TopicState
 
 SINCE_KEYS_KEPT = 1024
 WATERMARKS_REUSE_S = 0.2  # streams starting together share one lookup (a reconnect storm sends one, not 10 000)

@@ -6,7 +6,7 @@ never offers a partition added to the topic. So the hub's janitor asks Kafka abo
 here (or is a bootstrap topic), all of them in one request, and hands on what it finds:
 
 - a topic that no longer exists, or exists under another topic id (deleted and created again): to the deletion
-  check (streams/deletions.py), which describes it once more and drops it, ending its streams;
+  check (streams/hub/deletions.py), which describes it once more and drops it, ending its streams;
 - partitions added (`kafka-topics --alter --partitions`, `AdminClient.create_partitions`): to `Hub.grow`, which has
   every stream of the topic read them from their start and name them in its ids (docs/contract.md §4).
 
@@ -19,7 +19,7 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from streams.hub import Hub
+    from streams.hub.hub import Hub
 
 log = logging.getLogger(__name__)
 

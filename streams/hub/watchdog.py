@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from streams.cache import Cache
-    from streams.hub import TopicState
-    from streams.kafka import Metadata
+    from streams.hub.cache import Cache
+    from streams.hub.hub import TopicState
+    from streams.kafka.client import Metadata
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from config.kafka import KafkaSettings
+from config.kafka_settings import KafkaSettings
 
 
 def ensure_topic(kafka: KafkaSettings, name: str, *, partitions: int = 1, config: dict[str, str] | None = None) -> bool:

@@ -1,7 +1,7 @@
 """Kafka access for the data plane, off the event loop: records, topic metadata, and historical reads.
 
 Metadata (partitions, `cleanup.policy`, watermarks, timestamp lookups) goes through one `AdminClient` per
-process, whose calls return futures the event loop awaits. Records come from the fetcher (streams/fetcher.py);
+process, whose calls return futures the event loop awaits. Records come from the fetcher (streams/kafka/fetcher.py);
 a short-lived `HistoricalReader` reads only what is older than the cache holds.
 """
 
@@ -23,9 +23,9 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
-from config.kafka import KafkaSettings
-from streams import sse
-from streams.consumer_host import RemoteConsumer
+from config.kafka_settings import KafkaSettings
+from streams.codecs import sse
+from streams.kafka.consumer_host import RemoteConsumer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -193,7 +193,7 @@ class Batch:
 class HistoricalReader:
     """Reads one topic's partitions from offsets older than the cache holds; one consumer, one thread.
 
-    The consumer lives in the worker's consumer host (streams/consumer_host.py): a crash inside librdkafka there
+    The consumer lives in the worker's consumer host (streams/kafka/consumer_host.py): a crash inside librdkafka there
     makes `poll()` raise `ConsumerLost`, and the worker lives on. Every blocking call runs on the reader's own
     thread, in order, so `close()` runs only after an in-flight poll returns.
     """

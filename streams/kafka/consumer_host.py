@@ -1,4 +1,5 @@
-"""The historical readers' consumers, hosted in one child process of the worker (streams/fetch_process.py, `host`).
+"""The historical readers' consumers, hosted in one child process of the worker (streams/kafka/fetch_process.py,
+`host`).
 
 A topic deleted while a reader replays it can make librdkafka crash (decision 0008): that ends the host process,
 not the worker. The calls in flight then raise `ConsumerLost`, and the next reader opened starts another host.
@@ -20,7 +21,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, ClassVar
 
-from streams.wire import Receiver
+from streams.kafka.pipe import Receiver
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class ConsumerHost:
         ours, theirs = socket.socketpair()
         with theirs:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "streams.fetch_process", str(theirs.fileno()), "host"],
+                [sys.executable, "-m", "streams.kafka.fetch_process", str(theirs.fileno()), "host"],
                 cwd=ROOT, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
             )  # fmt: skip
         self.conn = Connection(ours.detach())

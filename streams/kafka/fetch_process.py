@@ -1,9 +1,9 @@
 """The worker's Kafka consumers, in child processes: what crashes in librdkafka ends only such a process.
 
-Started by `ConsumerProcess` (streams/fetcher.py) as `python -m streams.fetch_process FD`, where FD is its end of
-a socket pair carrying pickled messages both ways; with `host` after FD, it hosts the historical readers'
-consumers instead (`Host`, streams/consumer_host.py). It imports no Django and knows nothing of streams: it applies
-the commands it is given, in order, polls, and sends back what it fetched.
+Started by `ConsumerProcess` (streams/kafka/fetcher.py) as `python -m streams.kafka.fetch_process FD`, where FD is its
+end of a socket pair carrying pickled messages both ways; with `host` after FD, it hosts the historical readers'
+consumers instead (`Host`, streams/kafka/consumer_host.py). It imports no Django and knows nothing of streams: it
+applies the commands it is given, in order, polls, and sends back what it fetched.
 
 Commands (parent to child), tuples:
     ("config", {librdkafka settings}, batch size)  first, once
@@ -39,7 +39,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-log = logging.getLogger("streams.fetch_process")
+log = logging.getLogger("streams.kafka.fetch_process")
 
 Key = tuple[str, int]
 RecordTuple = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
@@ -210,7 +210,7 @@ def _partitions(keys: Iterable[Key]) -> list[TopicPartition]:
 
 
 class Host:
-    """`host` mode: the historical readers' consumers (streams/consumer_host.py), one thread each, so one reader's
+    """`host` mode: the historical readers' consumers (streams/kafka/consumer_host.py), one thread each, so one reader's
     poll never waits for another's. Requests are (request id, reader id, operation, arguments); each gets
     (request id, ok, result or error text). Operations: ("open", config, topic, [(partition, offset), ...]),
     ("read", timeout, batch size) -> ([record tuple, ...], [(partition at its end, that end), ...]), ("close",)."""

@@ -5,7 +5,7 @@ once however many subscribers read it. Partitions nobody reads are paused, and d
 decides). librdkafka reconnects by itself after a broker loss and keeps each partition's fetch position, so
 nothing is skipped or fetched twice.
 
-The consumer runs in a child process (streams/fetch_process.py, decision 0008): a crash inside librdkafka (a
+The consumer runs in a child process (streams/kafka/fetch_process.py, decision 0008): a crash inside librdkafka (a
 topic deleted while it is fetched makes librdkafka 2.16 crash on some brokers) ends that process, not the web
 worker and its streams. The fetcher then starts another one and assigns every partition again where the cache
 ends, after the hub has checked which topics still exist. A thread of the worker reads what the child sends and
@@ -30,9 +30,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from config.kafka import KafkaSettings
-from streams.kafka import Record
-from streams.wire import Receiver
+from config.kafka_settings import KafkaSettings
+from streams.kafka.client import Record
+from streams.kafka.pipe import Receiver
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class Fetcher:
 
 
 class ConsumerProcess:
-    """The consumer's child process (streams/fetch_process.py) and the thread that reads what it sends: batches
+    """The consumer's child process (streams/kafka/fetch_process.py) and the thread that reads what it sends: batches
     go to the loop with `call_soon_threadsafe`, at most MAX_BATCHES_IN_FLIGHT at a time (the child waits for the
     loop to take one before it sends another), Kafka's ends go to `highs`. When the child dies, another is
     started (after a backoff if it died young) and the fetcher is told."""
@@ -253,7 +253,7 @@ class ConsumerProcess:
         ours, theirs = socket.socketpair()
         with theirs:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "streams.fetch_process", str(theirs.fileno())],
+                [sys.executable, "-m", "streams.kafka.fetch_process", str(theirs.fileno())],
                 cwd=ROOT, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
             )  # fmt: skip
         conn = Connection(ours.detach())

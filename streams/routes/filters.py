@@ -12,7 +12,7 @@ from typing import Any
 
 from bindings.patterns import render
 from bindings.selectors import FilterSpec
-from streams.kafka import Record
+from streams.kafka.client import Record
 
 _MISSING = object()
 

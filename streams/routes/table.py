@@ -27,8 +27,8 @@ from django.db import DatabaseError, close_old_connections
 
 from bindings.changes import CHANGES_GROUP
 from bindings.selectors import GuardSpec, RouteSpec, route_specs
-from streams.listen import listen
-from streams.routing import CompiledRoute, Match, compile_routes, match_all, path_segments
+from streams.routes.listen import listen
+from streams.routes.matching import CompiledRoute, Match, compile_routes, match_all, path_segments
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class RouteTable:
 
     async def _listen(self) -> None:
         async def changed(message: dict[str, object]) -> None:
-            if message.get("kind") == "revocation":  # no route changed (streams/revocations.py hears it)
+            if message.get("kind") == "revocation":  # no route changed (streams/access/revocations.py hears it)
                 return
             self.stale = True
             self._reload_soon()

@@ -11,7 +11,7 @@ Over HTTP/2 a response is one stream of a shared connection: `StreamFlow` pauses
 (docs/request-lifecycle.md, "HTTP/2").
 
 Run with `python -m streams.server` and daphne's usual arguments; `--tls-fd`, `--tls-cert` and `--tls-key` add
-HTTPS, with HTTP/2, on an inherited listening socket (streams/tls.py), as platform/web.py starts it.
+HTTPS, with HTTP/2, on an inherited listening socket (streams/server/tls.py), as platform/web.py starts it.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from twisted.web._http2 import H2Stream
 from zope.interface import implementer
 
 from config.logs import log_access
-from streams.tls import TlsError, TlsListener, certificate_options, listen_tls
+from streams.server.tls import TlsError, TlsListener, certificate_options, listen_tls
 
 FLOW_EXTENSION = "sse.flow"
 # Twisted internals `Flow.write` reads. They are not public API: pyproject.toml bounds Twisted's version, and
-# tests/test_twisted_internals.py fails, naming what is gone, when a release drops one.
+# tests/streams/server/test_twisted_internals.py fails, naming what is gone, when a release drops one.
 TRANSPORT_INTERNALS = ("TLS", "connected", "socket", "dataBuffer", "offset", "_tempDataLen", "_writeDisconnected")
 REQUEST_INTERNALS = ("startedWriting", "chunked", "finished", "sentLength", "_disconnected")
 STREAM_BUFFER = 64 * 1024  # as on HTTP/1.1, where Twisted pauses a response past 64 KiB in its buffer
@@ -332,7 +332,7 @@ def accept_eagerly(port: tcp.Port) -> None:
 
 
 class FlowControlCLI(CommandLineInterface):  # type: ignore[misc]
-    """daphne's command line, plus HTTPS on a listening socket handed over by descriptor (streams/tls.py)."""
+    """daphne's command line, plus HTTPS on a listening socket handed over by descriptor (streams/server/tls.py)."""
 
     server_class: Any = FlowControlServer
 

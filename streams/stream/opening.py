@@ -7,15 +7,15 @@ import logging
 from dataclasses import dataclass
 
 from bindings.selectors import EVENT_ID_KEY_AND_ETAG, RouteSpec
-from streams.asgi import Scope, header
-from streams.delivery_log import DeliveryLog, SessionRecord, user_agent_family
-from streams.delivery_schema import Start
-from streams.event_id import parse_id
-from streams.filters import compile_filters
-from streams.hub import Hub, TopicState
-from streams.routing import Match
-from streams.stats import StreamStats
-from streams.subscription import Subscription, SubscriptionOptions
+from streams.codecs.asgi import Scope, header
+from streams.codecs.event_id import parse_id
+from streams.events.subscription import Subscription, SubscriptionOptions
+from streams.hub.hub import Hub, TopicState
+from streams.routes.filters import compile_filters
+from streams.routes.matching import Match
+from streams.telemetry.counters import StreamStats
+from streams.telemetry.delivery_log import DeliveryLog, SessionRecord, user_agent_family
+from streams.telemetry.delivery_schema import Start
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The pump: the writing half of a stream. It takes what its reader (streams/reader.py) has ready and writes it
+"""The pump: the writing half of a stream. It takes what its reader (streams/stream/reader.py) has ready and writes it
 to the client in one chunk, with flow control, the route's slow-client policy and keep-alives
 (docs/data-plane.md). The hub writes to a parked pump's client directly, sharing one encoding among pumps in
 the same position.
@@ -13,14 +13,14 @@ from collections.abc import Callable, Hashable, Mapping
 
 from django.conf import settings
 
-from streams import sse
-from streams.asgi import Send
-from streams.delivery_log import DeliverySink
-from streams.hub import Hub, TopicState
-from streams.reader import StreamReader
-from streams.server import Flow
-from streams.stats import StreamStats
-from streams.subscription import Subscription
+from streams.codecs import sse
+from streams.codecs.asgi import Send
+from streams.events.subscription import Subscription
+from streams.hub.hub import Hub, TopicState
+from streams.server.daphne import Flow
+from streams.stream.reader import StreamReader
+from streams.telemetry.counters import StreamStats
+from streams.telemetry.delivery_log import DeliverySink
 
 log = logging.getLogger(__name__)
 

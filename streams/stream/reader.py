@@ -3,7 +3,7 @@
 Reads come from the process's cache window of each partition; what the window no longer holds (the stream
 starts before it, or eviction overtook a slow client) comes from a short-lived `HistoricalReader`, which hands
 over to the window offset by offset, with no gap and no duplicate. Records become bytes through the stream's
-`Subscription`. Nothing here writes to a client: that is the pump's half (streams/pump.py).
+`Subscription`. Nothing here writes to a client: that is the pump's half (streams/stream/pump.py).
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import enum
 
-from config.kafka import KafkaSettings
-from streams.cache import Cache
-from streams.consumer_host import ConsumerLost
-from streams.delivery_log import DeliverySink
-from streams.hub import TopicState
-from streams.kafka import HistoricalReader, Record
-from streams.shared_reads import Read, SharedReads
-from streams.subscription import Subscription
+from config.kafka_settings import KafkaSettings
+from streams.events.subscription import Subscription
+from streams.hub.cache import Cache
+from streams.hub.hub import TopicState
+from streams.hub.shared_reads import Read, SharedReads
+from streams.kafka.client import HistoricalReader, Record
+from streams.kafka.consumer_host import ConsumerLost
+from streams.telemetry.delivery_log import DeliverySink
 
 HISTORY_POLL_S = 0.05
 CHUNK_BYTES = 256 * 1024  # at most this much per write, so no connection's buffer holds more
@@ -69,7 +69,7 @@ class StreamReader:
         self.subscription.adopt(other.subscription, delivered)
 
     def shared_key(self) -> tuple[object, ...] | None:
-        """What a read from here depends on besides the route (streams/shared_reads.py), or None when it depends on
+        """What a read from here depends on besides the route (streams/hub/shared_reads.py), or None when it depends on
         more: the history is being read, or the subscription holds records back."""
         if self.history is not None or self.backlog or not self.subscription.settled:
             return None

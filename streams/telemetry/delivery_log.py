@@ -1,6 +1,6 @@
 """The delivery log: what this process delivered, to whom, and whom it refused, as Parquet files for Spark.
 
-Three tables (format: streams/delivery_schema.py, docs/delivery-log.md):
+Three tables (format: streams/telemetry/delivery_schema.py, docs/delivery-log.md):
 - a *session* row when a stream opens and another when it closes, with its totals;
 - per route, topic, partition and second, a *delivery* row: events, bytes, writes and the latency histogram;
 - per route, status, reason and second, a *refusal* row.
@@ -32,7 +32,8 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from streams.delivery_schema import (
+from streams.kafka.client import Record
+from streams.telemetry.delivery_schema import (
     DELIVERIES,
     REFUSALS,
     SCHEMA_VERSION,
@@ -43,7 +44,6 @@ from streams.delivery_schema import (
     Start,
     bucket,
 )
-from streams.kafka import Record
 
 log = logging.getLogger(__name__)
 

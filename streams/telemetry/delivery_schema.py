@@ -1,6 +1,6 @@
 """The delivery log's format, version 1: three tables of Parquet files, and the latency histogram's buckets.
 
-Written by the web processes (streams/delivery_log.py) and read by the rollup job (analytics/jobs/), which
+Written by the web processes (streams/telemetry/delivery_log.py) and read by the rollup job (analytics/jobs/), which
 imports this module and nothing of Django: the format is defined here once. docs/delivery-log.md describes it
 for people; a change that is not additive (a column removed or retyped, a bucket moved) bumps
 `SCHEMA_VERSION`, and every row carries the version it was written with.

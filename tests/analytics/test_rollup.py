@@ -18,7 +18,7 @@ from analytics.jobs.rollup import rollup
 from analytics.models import IdentityMinute, LatencyBucket, RefusalMinute, RolledUpFile, RollupRun, RouteMinute
 from analytics.percentiles import percentiles
 from analytics.rollups import LOCK_KEY, run_rollup
-from streams.delivery_schema import BOUNDS, DELIVERIES, REFUSALS, SCHEMAS, SESSIONS, bucket
+from streams.telemetry.delivery_schema import BOUNDS, DELIVERIES, REFUSALS, SCHEMAS, SESSIONS, bucket
 
 MINUTE = int(datetime(2026, 11, 22, 10, 0, tzinfo=UTC).timestamp())  # 10:00 UTC
 COMMON = {"schema_version": 1, "node": "n1", "pid": 1}

@@ -16,10 +16,10 @@ from playwright.sync_api import Page
 
 from analytics.models import IdentityMinute, LatencyBucket, RefusalMinute, RollupRun, RouteMinute
 from analytics.queries import Range, series
-from streams.delivery_schema import bucket
+from streams.telemetry.delivery_schema import bucket
+from tests.browser.test_demo import in_browser
 from tests.conftest import unique
-from tests.servers import VAR
-from tests.test_browser import in_browser
+from tests.support.servers import VAR
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

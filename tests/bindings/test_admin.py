@@ -11,8 +11,8 @@ from django.test import Client
 
 from bindings.models import Change, Guard, Route
 from bindings.services import do_put_guard, do_put_route
-from tests.jwt_keys import ISSUER, guard_fields, public_jwk
-from tests.test_control_plane import route_form
+from tests.bindings.test_control_plane import route_form
+from tests.support.jwt_keys import ISSUER, guard_fields, public_jwk
 
 pytestmark = pytest.mark.django_db
 

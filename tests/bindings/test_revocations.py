@@ -14,10 +14,10 @@ from django.utils import timezone
 
 from bindings.history import Actor
 from bindings.models import Change, Guard
-from bindings.revocations import Revocation
+from bindings.models.revocation import Revocation
 from bindings.selectors import RevocationSpec, revocation_specs
 from bindings.services import do_change_revocation, do_delete_revocation, do_put_guard, do_revoke
-from tests.jwt_keys import guard_fields
+from tests.support.jwt_keys import guard_fields
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from bindings.selectors import (
     route_specs,
 )
 from bindings.services import do_put_endpoint, do_put_guard, do_put_route
-from tests.jwt_keys import ISSUER, guard_fields
+from tests.support.jwt_keys import ISSUER, guard_fields
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from django.db.models import ProtectedError
 
 from bindings.models import EVENT_ID_KEY_AND_ETAG, START_LIVE, Endpoint, Route, RouteFilter
 from bindings.services import do_delete_route, do_put_endpoint, do_put_guard, do_put_route
-from tests.jwt_keys import guard_fields
+from tests.support.jwt_keys import guard_fields
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,9 @@ from playwright.sync_api import Page, Request
 
 from bindings.models import Change, Route
 from bindings.services import do_put_guard, do_put_route
+from tests.browser.test_demo import in_browser
 from tests.conftest import unique
-from tests.jwt_keys import guard_fields, token
-from tests.test_browser import in_browser
+from tests.support.jwt_keys import guard_fields, token
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

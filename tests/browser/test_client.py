@@ -30,11 +30,11 @@ from playwright.sync_api import Page, Request
 from rest_framework.authtoken.models import Token
 
 from bindings.services import do_put_endpoint, do_put_guard, do_put_route
-from streams.event_id import encode_progress
+from streams.codecs.event_id import encode_progress
+from tests.browser.test_demo import in_browser
 from tests.conftest import unique, wait_until
-from tests.jwt_keys import guard_fields, token
-from tests.servers import DaphneServer, TcpProxy, _reset, start_daphne
-from tests.test_browser import in_browser
+from tests.support.jwt_keys import guard_fields, token
+from tests.support.servers import DaphneServer, TcpProxy, _reset, start_daphne
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

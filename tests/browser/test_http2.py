@@ -15,11 +15,11 @@ import pytest
 from playwright.sync_api import Page, sync_playwright
 
 from bindings.selectors import START_LIVE
+from tests.browser.test_demo import ARGS, CHROMIUM
 from tests.conftest import unique, wait_until
-from tests.servers import HOST
-from tests.test_browser import ARGS, CHROMIUM
-from tests.test_http2 import Web, web_with_https
-from tests.test_zilla_scenarios import Produce, route
+from tests.e2e.test_http2 import Web, web_with_https
+from tests.e2e.test_zilla_scenarios import Produce, route
+from tests.support.servers import HOST
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 STREAMS = 12
@@ -43,7 +43,7 @@ COUNTS = """(marker) => ({
 
 
 def in_browser_ignoring_https_errors(scenario: Callable[[Page], dict[str, object]]) -> dict[str, object]:
-    """Like tests/test_browser.py's `in_browser`, in a context that accepts the development certificate."""
+    """Like tests/browser/test_demo.py's `in_browser`, in a context that accepts the development certificate."""
 
     def run() -> dict[str, object]:
         with sync_playwright() as playwright:

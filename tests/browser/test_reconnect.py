@@ -14,9 +14,9 @@ import pytest
 from playwright.sync_api import Page, Request
 
 from bindings.services import do_put_route
+from tests.browser.test_demo import in_browser
 from tests.conftest import unique
-from tests.servers import DaphneServer, free_port, start_daphne
-from tests.test_browser import in_browser
+from tests.support.servers import DaphneServer, free_port, start_daphne
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

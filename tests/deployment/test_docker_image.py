@@ -28,8 +28,8 @@ import yaml
 from django.conf import settings
 
 from tests.conftest import wait_until
-from tests.servers import HOST, ROOT, free_port, url_of_test_database
-from tests.test_settings_production import GOOD_KEY
+from tests.deployment.test_settings_production import GOOD_KEY
+from tests.support.servers import HOST, ROOT, free_port, url_of_test_database
 
 DOCKER = ROOT / "docker"
 

@@ -17,7 +17,7 @@ import pytest
 from django.conf import settings
 
 from config.env import DEVELOPMENT_SECRET_KEY
-from tests.servers import HOST, ROOT, start_daphne
+from tests.support.servers import HOST, ROOT, start_daphne
 
 GOOD_KEY = "k3y-" + "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN"
 PROBE = "from django.conf import settings; print('DEBUG', settings.DEBUG)"

@@ -17,7 +17,7 @@ import pytest
 from embedded import pid_alive
 
 from tests.conftest import wait_until
-from tests.servers import HOST, children, free_port, healthy, start_web
+from tests.support.servers import HOST, children, free_port, healthy, start_web
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -64,7 +64,7 @@ def test_workers_that_keep_dying_at_start_make_it_exit_1() -> None:
 def test_a_worker_keeps_what_it_loaded_out_of_the_collectors_full_passes(
     web: tuple[subprocess.Popen[bytes], int],
 ) -> None:
-    """streams/server.py freezes the objects loaded before it serves: a full collection then skips them."""
+    """streams/server/daphne.py freezes the objects loaded before it serves: a full collection then skips them."""
     _process, port = web
     frozen = httpx.get(f"http://{HOST}:{port}/-/health", timeout=5).json()["gc_frozen_objects"]
     assert frozen > 50_000  # Django, Twisted and the application

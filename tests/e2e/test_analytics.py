@@ -26,11 +26,11 @@ from analytics.jobs.spark import spark_session
 from analytics.models import RefusalMinute, RollupRun, RouteMinute
 from analytics.rollups import run_rollup
 from bindings.services import do_put_route
-from streams.delivery_schema import DELIVERIES, SESSIONS
+from streams.telemetry.delivery_schema import DELIVERIES, SESSIONS
+from tests.analytics.test_rollup import MINUTE, known_logs
 from tests.conftest import unique, wait_until
-from tests.servers import HOST, ROOT, VAR, free_port, start_daphne, url_of_test_database
-from tests.sse_client import EventStream
-from tests.test_rollup import MINUTE, known_logs
+from tests.support.servers import HOST, ROOT, VAR, free_port, start_daphne, url_of_test_database
+from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,6 +1,6 @@
 """The shared data plane under pressure: stalled and slow clients, many subscribers, history older than the cache.
 
-Each test runs its own server (tests/servers.py) so its settings and memory are its own.
+Each test runs its own server (tests/support/servers.py) so its settings and memory are its own.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import pytest
 
 from bindings.selectors import SLOW_CLIENT_CONFLATE, START_LIVE
 from tests.conftest import health, unique, wait_until
-from tests.rawsse import RawStream
-from tests.servers import DaphneServer, start_daphne
-from tests.sse_client import EventStream
-from tests.test_zilla_scenarios import Produce, route
+from tests.e2e.test_zilla_scenarios import Produce, route
+from tests.support.rawsse import RawStream
+from tests.support.servers import DaphneServer, start_daphne
+from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MiB = 1024 * 1024

@@ -25,10 +25,10 @@ from cryptography.x509.oid import NameOID
 
 from bindings.selectors import SLOW_CLIENT_CONFLATE
 from tests.conftest import unique, wait_until
-from tests.h2client import H2Client, Pumping, tls_context
-from tests.rawsse import RawStream
-from tests.servers import HOST, ROOT, VAR, children, free_port, stop_web, web_environment, web_started
-from tests.test_zilla_scenarios import Produce, route
+from tests.e2e.test_zilla_scenarios import Produce, route
+from tests.support.h2client import H2Client, Pumping, tls_context
+from tests.support.rawsse import RawStream
+from tests.support.servers import HOST, ROOT, VAR, children, free_port, stop_web, web_environment, web_started
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MiB = 1024 * 1024

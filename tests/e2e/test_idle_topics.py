@@ -15,11 +15,11 @@ from confluent_kafka.admin import AdminClient
 from django.conf import settings
 
 from bindings.selectors import START_LIVE
-from streams.topics import ensure_topic
+from streams.kafka.admin import ensure_topic
 from tests.conftest import health, unique, wait_until
-from tests.servers import DaphneServer, start_daphne
-from tests.sse_client import Event, EventStream
-from tests.test_zilla_scenarios import Produce, route
+from tests.e2e.test_zilla_scenarios import Produce, route
+from tests.support.servers import DaphneServer, start_daphne
+from tests.support.sse_client import Event, EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 FIRST_EVENT_S = 5.0  # a stranded stream never gets one; a working one within tens of ms

@@ -41,9 +41,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bindings.services import do_delete_route
 from tests.conftest import health, unique
-from tests.servers import DaphneServer, KafkaCluster, kafka_cluster, start_daphne
-from tests.sse_client import EventStream
-from tests.test_zilla_scenarios import route
+from tests.e2e.test_zilla_scenarios import route
+from tests.support.servers import DaphneServer, KafkaCluster, kafka_cluster, start_daphne
+from tests.support.sse_client import EventStream
 
 # The first test also starts the cluster and daphne, and the rolling restart starts three JVMs again: on a busy
 # machine either comes near the 120 s default. Every wait inside has a deadline of its own, so a hang fails there.

@@ -1,7 +1,7 @@
 """The contract where only a real Kafka broker can show it, end to end (docs/contract.md §4, §5, §7).
 
 Timestamp lookups (`?since=`), records gone from the start of a partition (deleted, or past retention), and
-the log cleaner's gaps and tombstones; transactions are in tests/test_kafka_transactions.py. Each test reads a
+the log cleaner's gaps and tombstones; transactions are in tests/e2e/test_kafka_transactions.py. Each test reads a
 live daphne's streams and checks that a client gets what it should exactly once: nothing lost, nothing
 repeated, and ids that resume where they say.
 """
@@ -33,11 +33,11 @@ from confluent_kafka.admin import (
 )
 from django.conf import settings
 
-from streams.event_id import encode_progress, parse_id
-from streams.starts import WATERMARKS_REUSE_S
+from streams.codecs.event_id import encode_progress, parse_id
+from streams.hub.start_finder import WATERMARKS_REUSE_S
 from tests.conftest import health, wait_until
-from tests.sse_client import Event, EventStream
-from tests.test_zilla_scenarios import Produce, route, stream
+from tests.e2e.test_zilla_scenarios import Produce, route, stream
+from tests.support.sse_client import Event, EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -205,8 +205,8 @@ def resumed_after_loss(
 @contextlib.contextmanager
 def left_alone(daphne_url: str) -> Iterator[None]:
     """Wait, after the block, until the server has seen its streams leave and a new stream's lookup of where the
-    partitions start could not be one shared with them (streams opening together share one, streams/starts.py):
-    the next stream then finds the topic as a client coming back later would."""
+    partitions start could not be one shared with them (streams opening together share one,
+    streams/hub/start_finder.py): the next stream then finds the topic as a client coming back later would."""
     before = health(daphne_url)["subscriptions"]
     yield
     left = time.monotonic()  # after the streams' lookups: each was made before its response began

@@ -16,10 +16,10 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from django.conf import settings
 
 from bindings.selectors import START_LIVE
-from streams.event_id import OFFSET_EARLIEST, parse_id
+from streams.codecs.event_id import OFFSET_EARLIEST, parse_id
 from tests.conftest import wait_until
-from tests.sse_client import Event, EventStream
-from tests.test_zilla_scenarios import Produce, route
+from tests.e2e.test_zilla_scenarios import Produce, route
+from tests.support.sse_client import Event, EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 GROWN_S = 10.0  # open streams read a new partition's first record within this of its creation (measured 1.5-1.9 s)

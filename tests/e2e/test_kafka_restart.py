@@ -15,12 +15,12 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 
-from config.kafka import KafkaSettings
-from streams.topics import ensure_topic
+from config.kafka_settings import KafkaSettings
+from streams.kafka.admin import ensure_topic
 from tests.conftest import unique
-from tests.servers import KafkaCluster, kafka_cluster, start_daphne
-from tests.sse_client import Event, EventStream
-from tests.test_zilla_scenarios import route
+from tests.e2e.test_zilla_scenarios import route
+from tests.support.servers import KafkaCluster, kafka_cluster, start_daphne
+from tests.support.sse_client import Event, EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PARTITIONS = 2

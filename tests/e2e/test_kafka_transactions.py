@@ -14,11 +14,11 @@ from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 from django.conf import settings
 
-from streams.event_id import encode_progress
+from streams.codecs.event_id import encode_progress
 from tests.conftest import unique, wait_until
-from tests.sse_client import Event
-from tests.test_kafka_contract import kafka_admin, until_caught_up
-from tests.test_zilla_scenarios import Produce, route, stream
+from tests.e2e.test_kafka_contract import kafka_admin, until_caught_up
+from tests.e2e.test_zilla_scenarios import Produce, route, stream
+from tests.support.sse_client import Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

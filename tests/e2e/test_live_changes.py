@@ -12,11 +12,11 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 
-from bindings.permissions import grant_api_writer
+from bindings.api.permissions import grant_api_writer
 from bindings.services import do_put_guard, do_put_route
 from tests.conftest import health, unique, wait_until
-from tests.jwt_keys import guard_fields, token
-from tests.sse_client import EventStream
+from tests.support.jwt_keys import guard_fields, token
+from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,9 +15,9 @@ from django.test import Client
 from bindings.services import do_put_guard, do_put_route
 from config.logs import JsonFormatter, RequestIdFilter, new_request_id, request_id
 from tests.conftest import unique
-from tests.jwt_keys import guard_fields, token
-from tests.servers import start_daphne
-from tests.sse_client import EventStream
+from tests.support.jwt_keys import guard_fields, token
+from tests.support.servers import start_daphne
+from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,8 +13,8 @@ from rest_framework.authtoken.models import Token
 
 from bindings.services import do_put_route
 from tests.conftest import unique, wait_until
-from tests.servers import DaphneServer, TcpProxy, start_daphne
-from tests.sse_client import EventStream
+from tests.support.servers import DaphneServer, TcpProxy, start_daphne
+from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,10 +14,10 @@ from django.conf import settings
 
 from bindings.services import do_put_guard, do_put_route
 from tests.conftest import unique
-from tests.jwt_keys import guard_fields, token
-from tests.servers import DaphneServer, TcpProxy, start_daphne
-from tests.sse_client import EventStream
-from tests.test_live_changes import ended
+from tests.e2e.test_live_changes import ended
+from tests.support.jwt_keys import guard_fields, token
+from tests.support.servers import DaphneServer, TcpProxy, start_daphne
+from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,8 +15,8 @@ from confluent_kafka import Producer
 from django.conf import settings
 
 from bindings.selectors import EVENT_ID_ETAG, EVENT_ID_KEY_AND_ETAG
-from tests.sse_client import EventStream
-from tests.test_zilla_scenarios import route
+from tests.e2e.test_zilla_scenarios import route
+from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

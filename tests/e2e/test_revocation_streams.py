@@ -16,14 +16,14 @@ from django.utils import timezone
 
 from bindings.models import Change
 from bindings.services import do_put_guard, do_put_route, do_revoke
-from streams.http import REVOKED_TITLE, REVOKED_TYPE
-from streams.revocations import REFRESH_S
+from streams.access.revocations import REFRESH_S
+from streams.edge.http import REVOKED_TITLE, REVOKED_TYPE
 from tests.conftest import unique, wait_until
-from tests.jwt_keys import guard_fields, token
-from tests.rawsse import RawStream
-from tests.servers import HOST, DaphneServer, TcpProxy
-from tests.test_redis_outage import behind_a_cuttable_redis
-from tests.test_worker_killed import read_until, serving_pid
+from tests.e2e.test_redis_outage import behind_a_cuttable_redis
+from tests.e2e.test_worker_killed import read_until, serving_pid
+from tests.support.jwt_keys import guard_fields, token
+from tests.support.rawsse import RawStream
+from tests.support.servers import HOST, DaphneServer, TcpProxy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 __all__ = ["behind_a_cuttable_redis"]  # the fixture, imported for pytest

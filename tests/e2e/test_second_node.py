@@ -14,12 +14,12 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 
-from bindings.permissions import grant_api_writer
+from bindings.api.permissions import grant_api_writer
 from bindings.services import do_put_route
 from tests.conftest import health, unique, wait_until
-from tests.servers import HOST, stop_web, web_started
-from tests.sse_client import Event, EventStream
-from tests.test_live_changes import Ticker, ended
+from tests.e2e.test_live_changes import Ticker, ended
+from tests.support.servers import HOST, stop_web, web_started
+from tests.support.sse_client import Event, EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

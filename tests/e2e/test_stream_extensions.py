@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from bindings.services import do_put_endpoint
-from streams.event_id import encode_progress
-from tests.sse_client import EventStream
-from tests.test_zilla_scenarios import Produce, route, stream
+from streams.codecs.event_id import encode_progress
+from tests.e2e.test_zilla_scenarios import Produce, route, stream
+from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,7 +36,7 @@ def test_a_bad_since_is_a_400_naming_the_value(daphne_url: str, new_topic: Calla
 
 def test_since_streams_from_the_broker_answer(daphne_url: str, new_topic: Callable[..., str], produce: Produce) -> None:
     # A time before every record starts at the first; times between records and after the last, on several
-    # partitions: tests/test_kafka_contract.py.
+    # partitions: tests/e2e/test_kafka_contract.py.
     topic = new_topic()
     produce(topic, b"a")
     with stream(f"{daphne_url}{route(topic)}?since=2020-01-01T00:00:00Z") as s:
@@ -68,7 +68,7 @@ def test_a_resume_past_what_the_partition_holds_sends_reset_then_replays(
     daphne_url: str, new_topic: Callable[..., str], produce: Produce
 ) -> None:
     # A resume past the end (the topic was re-created) gets the reset of a resume below the log start, which
-    # tests/test_kafka_contract.py shows after records are deleted and after retention.
+    # tests/e2e/test_kafka_contract.py shows after records are deleted and after retention.
     topic = new_topic()
     produce(topic, b"a")
     with stream(daphne_url + route(topic), **{"Last-Event-ID": encode_progress({0: 999})}) as s:

@@ -17,10 +17,10 @@ from django.conf import settings
 from jwt.algorithms import RSAAlgorithm
 
 from bindings.services import do_put_guard, do_put_route
-from streams.topics import ensure_topic
+from streams.kafka.admin import ensure_topic
 from tests.conftest import unique
-from tests.jwt_keys import AUDIENCE, ISSUER, guard_fields, private_key, public_jwk, token
-from tests.sse_client import EventStream
+from tests.support.jwt_keys import AUDIENCE, ISSUER, guard_fields, private_key, public_jwk, token
+from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from bindings.services import do_put_route
-from streams.event_id import OFFSET_EARLIEST, encode_progress
+from streams.codecs.event_id import OFFSET_EARLIEST, encode_progress
 from tests.conftest import health, unique, wait_until
-from tests.sse_client import EventStream
+from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

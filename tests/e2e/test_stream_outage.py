@@ -17,10 +17,10 @@ from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bindings.services import do_put_route
-from streams.event_id import encode_progress
+from streams.codecs.event_id import encode_progress
 from tests.conftest import unique
-from tests.servers import DaphneServer, KafkaCluster, TcpProxy, free_port, kafka_behind_proxy, start_daphne
-from tests.sse_client import Event, EventStream
+from tests.support.servers import DaphneServer, KafkaCluster, TcpProxy, free_port, kafka_behind_proxy, start_daphne
+from tests.support.sse_client import Event, EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -2,7 +2,7 @@
 
 The fetcher's consumer has its partitions assigned, in no group: librdkafka keeps Kafka's answers to a fetch of
 a deleted topic (`UNKNOWN_TOPIC_OR_PART`, then `UNKNOWN_TOPIC_ID`) to itself and waits for the topic to come
-back, so no error ever reaches the platform. The hub's topic watch (streams/topic_watch.py) describes the topics
+back, so no error ever reaches the platform. The hub's topic watch (streams/hub/topic_watch.py) describes the topics
 with streams every few seconds and drops one that is gone: its streams end, a new request for it is a 404, and
 every other stream goes on with nothing lost or repeated, in a worker that keeps its pid. Twice, with the topic
 created again in between, whose new streams read the new topic.
@@ -18,11 +18,11 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from django.conf import settings
 
-from streams.topics import ensure_topic
+from streams.kafka.admin import ensure_topic
 from tests.conftest import health, unique, wait_until
-from tests.servers import DaphneServer, start_daphne
-from tests.sse_client import EventStream
-from tests.test_zilla_scenarios import Produce, route
+from tests.e2e.test_zilla_scenarios import Produce, route
+from tests.support.servers import DaphneServer, start_daphne
+from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 END_S = 10.0  # the deleted topic's stream ends within this: the topic watch looks every 2 s (measured 1.2-1.5 s)

@@ -14,9 +14,9 @@ import pytest
 
 from bindings.services import do_put_route
 from tests.conftest import unique, wait_until
-from tests.rawsse import RawStream
-from tests.servers import HOST, children, healthy
-from tests.sse_client import EventStream
+from tests.support.rawsse import RawStream
+from tests.support.servers import HOST, children, healthy
+from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

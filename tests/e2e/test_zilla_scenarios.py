@@ -19,9 +19,9 @@ import pytest
 
 from bindings.selectors import EVENT_ID_KEY_AND_ETAG
 from bindings.services import do_put_endpoint, do_put_route
-from streams.event_id import encode_progress
+from streams.codecs.event_id import encode_progress
 from tests.conftest import health, unique, wait_until
-from tests.sse_client import EventStream
+from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,7 +11,7 @@ from django.test import Client
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tests.fuzz import REQUESTS
+from tests.support.fuzz import REQUESTS
 
 pytestmark = pytest.mark.django_db
 

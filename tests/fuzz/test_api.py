@@ -19,8 +19,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bindings.services import do_put_guard, do_revoke
-from tests.fuzz import REQUESTS, mutate
-from tests.jwt_keys import public_jwk
+from tests.support.fuzz import REQUESTS, mutate
+from tests.support.jwt_keys import public_jwk
 
 pytestmark = pytest.mark.django_db
 

@@ -18,14 +18,14 @@ import yaml
 from hypothesis import example, given, reject
 from hypothesis import strategies as st
 
-from bindings.asyncapi import AsyncApiImportError, export_asyncapi, import_asyncapi, parse_document
+from bindings.asyncapi.document import AsyncApiImportError, export_asyncapi, import_asyncapi, parse_document
+from bindings.documents.yaml_io import DocumentError, load
 from bindings.history import Actor
 from bindings.models import EVENT_ID_KEY_AND_ETAG
 from bindings.services import do_put_endpoint, do_put_guard, do_put_route
-from bindings.yaml_documents import DocumentError, load
-from bindings.zilla import ZillaConfigError, do_import_zilla, export_zilla
-from tests.fuzz import PURE, REQUESTS, mutate
-from tests.jwt_keys import guard_fields
+from bindings.zilla.document import ZillaConfigError, do_import_zilla, export_zilla
+from tests.support.fuzz import PURE, REQUESTS, mutate
+from tests.support.jwt_keys import guard_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -162,8 +162,8 @@ RAW_DOCUMENTS = [
     "[",
     "- a\n -b",
     "\t",
-    # Nested deeply, though not past the parser's limit (tests/test_bindings_zilla.py and
-    # tests/test_bindings_asyncapi.py go past it): what the planners get.
+    # Nested deeply, though not past the parser's limit (tests/bindings/zilla/test_zilla.py and
+    # tests/bindings/asyncapi/test_asyncapi.py go past it): what the planners get.
     "bindings: " + "[" * 200 + "]" * 200,
     "bindings: {a: " + "{b: " * 200 + "1" + "}" * 201,
     "asyncapi: 3.0.0\nchannels: {a: {address: /a, messages: " + "{m: " * 200 + "1" + "}" * 201 + "}",

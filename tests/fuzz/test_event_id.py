@@ -12,7 +12,7 @@ import json
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from streams.event_id import (
+from streams.codecs.event_id import (
     KIND_V1,
     decode_progress,
     encode_pair,
@@ -22,7 +22,7 @@ from streams.event_id import (
     key_id,
     parse_id,
 )
-from tests.fuzz import PURE
+from tests.support.fuzz import PURE
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 PARTITION = st.integers(min_value=0, max_value=2**31 - 1)

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 from bindings.selectors import GuardSpec
 from bindings.services import do_put_guard, do_put_route
-from streams.guards import InvalidToken, Session, Verifier, credentials
+from streams.access.guards import InvalidToken, Session, Verifier, credentials
 from tests.conftest import unique
-from tests.fuzz import PURE, REQUESTS, Endpoint, assert_not_a_server_error, endpoint
-from tests.jwt_keys import AUDIENCE, ISSUER, guard_fields, private_key, public_jwk
+from tests.support.fuzz import PURE, REQUESTS, Endpoint, assert_not_a_server_error, endpoint
+from tests.support.jwt_keys import AUDIENCE, ISSUER, guard_fields, private_key, public_jwk
 
 __all__ = ["endpoint"]  # the fixture, imported for pytest
 

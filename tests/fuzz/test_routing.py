@@ -24,8 +24,8 @@ from bindings.patterns import (
     render,
 )
 from bindings.selectors import RouteSpec
-from streams.routing import compile_routes, match_all, path_segments
-from tests.fuzz import PURE
+from streams.routes.matching import compile_routes, match_all, path_segments
+from tests.support.fuzz import PURE
 
 KAFKA_CHARACTERS = string.ascii_letters + string.digits + "._-"
 

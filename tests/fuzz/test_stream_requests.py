@@ -1,4 +1,4 @@
-"""Hostile requests to the stream endpoint, in process over the real routes and broker (tests/fuzz.py).
+"""Hostile requests to the stream endpoint, in process over the real routes and broker (tests/support/fuzz.py).
 
 What a request contains (its path and percent-escapes, `lastEventId`, `since`, `access_token`, its headers in any
 bytes, repeated or huge) never gets a 5xx: it streams, or gets a 4xx with a problem body (docs/contract.md §2).
@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from bindings.patterns import is_topic_name
 from bindings.services import do_put_route
-from streams.event_id import etag_id, key_id
-from streams.hub import current_hub
+from streams.codecs.event_id import etag_id, key_id
+from streams.hub.hub import current_hub
 from tests.conftest import unique
-from tests.fuzz import REQUESTS, Endpoint, assert_not_a_server_error, endpoint
+from tests.support.fuzz import REQUESTS, Endpoint, assert_not_a_server_error, endpoint
 
 __all__ = ["endpoint"]  # the fixture, imported for pytest
 

@@ -1,4 +1,4 @@
-"""What the fuzz tests (tests/test_fuzz_*.py) share: their hypothesis budget and an in-process client of the stream
+"""What the fuzz tests (tests/fuzz/test_*.py) share: their hypothesis budget and an in-process client of the stream
 endpoint.
 
 The budget is a registered profile, `fuzz`: no deadline (the first example of a test pays for imports and
@@ -32,11 +32,11 @@ from django.db import connections
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from streams.asgi import Message
-from streams.endpoint import StreamEndpoint
-from streams.hub import current_hub
-from streams.runtime import Runtime
-from tests.inprocess import LoopThread
+from streams.codecs.asgi import Message
+from streams.edge.endpoint import StreamEndpoint
+from streams.edge.runtime import Runtime
+from streams.hub.hub import current_hub
+from tests.support.inprocess import LoopThread
 
 settings.register_profile(
     "fuzz",

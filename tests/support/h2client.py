@@ -19,7 +19,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from tests.sse_client import Event, parse_block
+from tests.support.sse_client import Event, parse_block
 
 HOST = "127.0.0.1"
 

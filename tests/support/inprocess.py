@@ -16,13 +16,13 @@ from typing import Any, TypeVar
 from django.conf import settings
 
 from bindings.selectors import START_HISTORICAL
-from streams.delivery_log import DeliveryLog
-from streams.event_id import parse_id
-from streams.filters import CompiledFilter
-from streams.hub import Hub
-from streams.pump import Pump
-from streams.subscription import Subscription, SubscriptionOptions
-from tests.sse_client import Event, parse_block
+from streams.codecs.event_id import parse_id
+from streams.events.subscription import Subscription, SubscriptionOptions
+from streams.hub.hub import Hub
+from streams.routes.filters import CompiledFilter
+from streams.stream.pump import Pump
+from streams.telemetry.delivery_log import DeliveryLog
+from tests.support.sse_client import Event, parse_block
 
 T = TypeVar("T")
 

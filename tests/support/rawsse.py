@@ -10,7 +10,7 @@ import socket
 import ssl
 import time
 
-from tests.sse_client import Event, parse_block
+from tests.support.sse_client import Event, parse_block
 
 
 class RawStream:

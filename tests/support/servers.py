@@ -24,7 +24,7 @@ import httpx
 import pytest
 from django.conf import settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VAR = ROOT / "var"
 HOST = "127.0.0.1"
 STOP_GRACE_S = 10.0

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
-from bindings.permissions import api_readers, configuration_permissions, grant_api_writer, missing_permissions
+from bindings.api.permissions import api_readers, configuration_permissions, grant_api_writer, missing_permissions
 
 
 class Command(BaseCommand):

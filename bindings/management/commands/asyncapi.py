@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bindings.asyncapi import AsyncApiImportError, dump_yaml, export_asyncapi, import_asyncapi, parse_document
+from bindings.asyncapi.document import AsyncApiImportError, dump_yaml, export_asyncapi, import_asyncapi, parse_document
 from bindings.history import Actor
 
 

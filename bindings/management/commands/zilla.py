@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bindings.history import Actor
-from bindings.zilla import ZillaConfigError, do_import_zilla, export_zilla
+from bindings.zilla.document import ZillaConfigError, do_import_zilla, export_zilla
 
 
 class Command(BaseCommand):

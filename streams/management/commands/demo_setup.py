@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bindings.services import do_put_route
 from config.env import BASE_DIR
-from streams.topics import ensure_topic
+from streams.kafka.admin import ensure_topic
 
 PASSWORD_FILE = BASE_DIR / "var" / "demo-admin-password"
 

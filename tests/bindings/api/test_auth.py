@@ -11,8 +11,8 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
+from bindings.api.permissions import API_READERS, READ_PERMISSIONS, api_readers
 from bindings.models import Endpoint, Route
-from bindings.permissions import API_READERS, READ_PERMISSIONS, api_readers
 
 pytestmark = pytest.mark.django_db
 

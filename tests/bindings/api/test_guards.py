@@ -10,7 +10,7 @@ from django.test import Client
 
 from bindings.models import Change, Guard
 from bindings.services import do_put_guard, do_put_route
-from tests.jwt_keys import AUDIENCE, ISSUER, guard_fields, public_jwk
+from tests.support.jwt_keys import AUDIENCE, ISSUER, guard_fields, public_jwk
 
 pytestmark = pytest.mark.django_db
 

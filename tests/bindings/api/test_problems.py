@@ -11,8 +11,8 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.test import Client, RequestFactory
 from rest_framework.exceptions import Throttled
 
-from bindings.problems import exception_handler, flatten_errors, server_error
-from tests.jwt_keys import public_jwk
+from bindings.api.problems import exception_handler, flatten_errors, server_error
+from tests.support.jwt_keys import public_jwk
 
 pytestmark = pytest.mark.django_db
 

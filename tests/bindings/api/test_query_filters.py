@@ -7,9 +7,9 @@ from django.contrib.auth.models import User
 from django.test import Client, RequestFactory
 from rest_framework.request import Request
 
-from bindings.filters import MAX_PAGE, ApiPagination
+from bindings.api.query_filters import MAX_PAGE, ApiPagination
 from bindings.services import do_put_endpoint, do_put_guard, do_put_route
-from tests.jwt_keys import guard_fields
+from tests.support.jwt_keys import guard_fields
 
 pytestmark = pytest.mark.django_db
 

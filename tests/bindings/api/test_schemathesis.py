@@ -29,7 +29,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from bindings.permissions import grant_api_writer
+from bindings.api.permissions import grant_api_writer
 
 # The schema the server serves at /api/v1/schema/, built in process so pytest can make one test per operation.
 SCHEMA = json.loads(OpenApiJsonRenderer().render(SchemaGenerator().get_schema(public=True)))  # type: ignore[no-untyped-call]

@@ -11,16 +11,16 @@ import yaml
 from django.contrib.auth.models import User
 from django.test import Client
 
+from bindings.api.permissions import api_readers
 from bindings.models import Change, Endpoint, Route
-from bindings.permissions import api_readers
 from bindings.services import do_put_route
-from tests.test_bindings_zilla import ZILLA_YAML
+from tests.bindings.zilla.test_zilla import ZILLA_YAML
 
 pytestmark = pytest.mark.django_db
 
 IMPORT = "/api/v1/import/zilla"
 EXPORT = "/api/v1/export/zilla"
-SEED = Path(__file__).parent / "fixtures" / "zilla-sse-kafka-proxy.yaml"
+SEED = Path(__file__).parents[2] / "support" / "fixtures" / "zilla-sse-kafka-proxy.yaml"
 PROXY = "bindings.north_sse_kafka_mapping"
 
 

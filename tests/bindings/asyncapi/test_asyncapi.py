@@ -21,14 +21,14 @@ from django.test import Client
 from jwt.algorithms import RSAAlgorithm
 from rest_framework.authtoken.models import Token
 
-from bindings.asyncapi import AsyncApiImportError, export_asyncapi, import_asyncapi
+from bindings.api.permissions import api_readers, grant_api_writer
+from bindings.asyncapi.document import AsyncApiImportError, export_asyncapi, import_asyncapi
 from bindings.models import Change, Endpoint, Guard, Route, routes_in_order
-from bindings.permissions import api_readers, grant_api_writer
 from bindings.representations import endpoint_representation, guard_representation, route_representation
 from bindings.selectors import EVENT_ID_KEY_AND_ETAG
 from bindings.services import do_put_endpoint, do_put_guard, do_put_route
-from streams.revocations import REVOKED_EVENT
-from tests.jwt_keys import guard_fields, private_key, public_jwk
+from streams.access.revocations import REVOKED_EVENT
+from tests.support.jwt_keys import guard_fields, private_key, public_jwk
 
 with warnings.catch_warnings():  # asyncapi3 0.0.2 names a pydantic field `schema`, which pydantic warns about
     warnings.simplefilter("ignore", UserWarning)

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
-from bindings.asyncapi import AsyncApiImportError, export_asyncapi, import_asyncapi
+from bindings.asyncapi.document import AsyncApiImportError, export_asyncapi, import_asyncapi
+from bindings.documents.importing import ImportProblems, Write, run_import
 from bindings.history import Actor
-from bindings.importing import ImportProblems, Write, run_import
 from bindings.models import Change, Endpoint, Guard, Route
 from bindings.services import do_put_endpoint, do_put_guard, do_put_route
 

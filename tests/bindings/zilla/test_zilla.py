@@ -18,13 +18,13 @@ from bindings.models import Change, Endpoint, Guard, Route
 from bindings.representations import endpoint_representation, guard_representation
 from bindings.selectors import EVENT_ID_KEY_AND_ETAG, route_specs
 from bindings.services import do_put_endpoint, do_put_guard, do_put_route
-from bindings.zilla import ImportResult, ZillaConfigError, do_import_zilla, export_zilla
-from tests import jwt_keys
+from bindings.zilla.document import ImportResult, ZillaConfigError, do_import_zilla, export_zilla
+from tests.support import jwt_keys
 
 pytestmark = pytest.mark.django_db
 
 ACTOR = Actor(name="tester", source="import")
-SEED = Path(__file__).parent / "fixtures" / "zilla-sse-kafka-proxy.yaml"
+SEED = Path(__file__).parents[2] / "support" / "fixtures" / "zilla-sse-kafka-proxy.yaml"
 
 ZILLA_YAML = """
 name: example

@@ -1,4 +1,5 @@
-"""Reading a guard's JWKS URL (streams/jwks.py): the whole fetch bounded in time, the document in size, https only.
+"""Reading a guard's JWKS URL (streams/access/jwks.py): the whole fetch bounded in time, the document in size, https
+only.
 
 The identity provider is a local server of the test's own, which trickles, oversends or serves keys."""
 
@@ -13,8 +14,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from streams.jwks import JwksClient, JwksError, fetch, signing_keys
-from tests.jwt_keys import public_jwk
+from streams.access.jwks import JwksClient, JwksError, fetch, signing_keys
+from tests.support.jwt_keys import public_jwk
 
 Handler = Callable[[socketserver.StreamRequestHandler], None]
 
@@ -120,7 +121,7 @@ def test_a_refused_document_is_logged_and_leaves_no_keys(
 ) -> None:
     large = provider(respond(document(padding=300 * 1024)))
     client = JwksClient(large.url)
-    with caplog.at_level(logging.WARNING, logger="streams.jwks"), pytest.raises(JwksError):
+    with caplog.at_level(logging.WARNING, logger="streams.access.jwks"), pytest.raises(JwksError):
         client.signing_key("k1")
     assert "JWKS refused" in caplog.text
     assert "262144 bytes allowed" in caplog.text

@@ -9,11 +9,11 @@ import time
 import pytest
 
 from bindings.selectors import GuardSpec, RouteSpec
-from streams.delivery_schema import End
-from streams.guards import Session
-from streams.revocations import Revocations
-from streams.sessions import Sessions
-from tests.jwt_keys import AUDIENCE, ISSUER, public_jwk, token
+from streams.access.guards import Session
+from streams.access.renewal import Sessions
+from streams.access.revocations import Revocations
+from streams.telemetry.delivery_schema import End
+from tests.support.jwt_keys import AUDIENCE, ISSUER, public_jwk, token
 
 GUARD = GuardSpec(name="jwt", issuer=ISSUER, audience=AUDIENCE, keys=json.dumps([public_jwk()]), challenge_s=30)
 ROUTE = RouteSpec(name="items", paths=("/items",), topic="items", guarded=((GUARD, ("read",)),))

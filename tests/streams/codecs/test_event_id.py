@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.event_id import decode_progress, encode_progress, etag_id, key_id, parse_id
+from streams.codecs.event_id import decode_progress, encode_progress, etag_id, key_id, parse_id
 
 VECTORS = [
     ({0: 2, 1: 1}, "AQQABAIC"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams import sse
+from streams.codecs import sse
 
 
 def test_it_writes_a_message_with_its_id() -> None:

@@ -11,13 +11,13 @@ import httpx
 import pytest
 
 from bindings.services import do_put_endpoint, do_put_guard, do_put_route
-from streams.event_id import encode_progress
+from streams.codecs.event_id import encode_progress
 from tests.conftest import unique, wait_until
-from tests.jwt_keys import guard_fields, token
-from tests.rawsse import RawStream
-from tests.servers import DaphneServer, start_daphne
-from tests.sse_client import EventStream
-from tests.test_metrics import scrape, value
+from tests.streams.edge.test_metrics import scrape, value
+from tests.support.jwt_keys import guard_fields, token
+from tests.support.rawsse import RawStream
+from tests.support.servers import DaphneServer, start_daphne
+from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,4 +1,4 @@
-"""An idle web process gives memory back (streams/memory.py, docs/operations.md "Memory").
+"""An idle web process gives memory back (streams/edge/memory.py, docs/operations.md "Memory").
 
 While no stream is open, the process runs a full garbage collection and hands glibc's free pages back to the
 kernel; while streams are open, it leaves both alone.
@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from streams.memory import MALLOC_TRIM, Reclaimer
-from tests.servers import ROOT
+from streams.edge.memory import MALLOC_TRIM, Reclaimer
+from tests.support.servers import ROOT
 
 
 class Cycle:
@@ -85,7 +85,7 @@ def test_interval_zero_never_starts() -> None:
 # the heap cannot shrink from its top by itself; then reclaims. Prints RSS in MB before and after.
 FRAGMENTED_HEAP = textwrap.dedent("""
     import asyncio
-    from streams.memory import Reclaimer
+    from streams.edge.memory import Reclaimer
 
     def rss():
         for line in open("/proc/self/status"):

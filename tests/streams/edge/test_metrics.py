@@ -15,11 +15,11 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from bindings.services import do_put_route
-from streams.kafka import Record
-from streams.metrics import Metrics
+from streams.edge.metrics import Metrics
+from streams.kafka.client import Record
 from tests.conftest import unique, wait_until
-from tests.servers import HOST, children, healthy, start_daphne
-from tests.sse_client import EventStream
+from tests.support.servers import HOST, children, healthy, start_daphne
+from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,12 +9,12 @@ from typing import Any
 import httpx
 import pytest
 
-from streams.hub import Hub
-from streams.readiness import checks
-from streams.runtime import Runtime
+from streams.edge.readiness import checks
+from streams.edge.runtime import Runtime
+from streams.hub.hub import Hub
 from tests.conftest import wait_until
-from tests.inprocess import LoopThread
-from tests.servers import DaphneServer, KafkaCluster, TcpProxy, kafka_behind_proxy, start_daphne
+from tests.support.inprocess import LoopThread
+from tests.support.servers import DaphneServer, KafkaCluster, TcpProxy, kafka_behind_proxy, start_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

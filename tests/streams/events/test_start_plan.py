@@ -2,16 +2,16 @@
 
 Every case of the decision, including answers a broker gives rarely (a partition whose start passed its end, no
 record at or after a time). The same decisions end to end, on the real broker with records deleted, past
-retention and looked up by timestamp: tests/test_kafka_contract.py.
+retention and looked up by timestamp: tests/e2e/test_kafka_contract.py.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from streams.event_id import OFFSET_EARLIEST
-from streams.kafka import Watermarks
-from streams.positions import Reset, parse_since, plan_start, since_offsets
+from streams.codecs.event_id import OFFSET_EARLIEST
+from streams.events.start_plan import Reset, parse_since, plan_start, since_offsets
+from streams.kafka.client import Watermarks
 
 MARKS = {0: Watermarks(low=100, high=200), 1: Watermarks(low=0, high=50)}
 

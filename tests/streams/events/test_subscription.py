@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 from bindings.selectors import FilterSpec, ValueFilterSpec
-from streams.event_id import OFFSET_EARLIEST, encode_progress
-from streams.filters import compile_filters
-from streams.kafka import Record
-from streams.positions import Reset
-from streams.subscription import Subscription, SubscriptionOptions
-from tests.sse_client import Event, parse_block
+from streams.codecs.event_id import OFFSET_EARLIEST, encode_progress
+from streams.events.start_plan import Reset
+from streams.events.subscription import Subscription, SubscriptionOptions
+from streams.kafka.client import Record
+from streams.routes.filters import compile_filters
+from tests.support.sse_client import Event, parse_block
 
 
 def rec(partition: int, offset: int, value: bytes | None, key: bytes | None = None, **headers: bytes) -> Record:

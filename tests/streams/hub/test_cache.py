@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from streams.cache import Cache, PartitionLog
-from streams.kafka import Record
+from streams.hub.cache import Cache, PartitionLog
+from streams.kafka.client import Record
 
 
 def rec(offset: int, size: int = 100, partition: int = 0) -> Record:

@@ -2,7 +2,7 @@
 resumed), close, topics go idle and are evicted, come back; after every step, every open stream receives what
 is produced next, in order, once. Then the stall watch: a stream that should receive and does not is noticed.
 
-In-process (tests/inprocess.py): the real hub, fetcher, cache and pumps, a fake client connection.
+In-process (tests/support/inprocess.py): the real hub, fetcher, cache and pumps, a fake client connection.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from bindings.selectors import START_HISTORICAL, START_LIVE
-from streams.hub import Hub
-from streams.pump import Pump
-from streams.subscription import Subscription, SubscriptionOptions
+from streams.events.subscription import Subscription, SubscriptionOptions
+from streams.hub.hub import Hub
+from streams.stream.pump import Pump
 from tests.conftest import wait_until
-from tests.inprocess import FakeFlow, LoopThread, OpenStream, close_stream, new_hub, open_stream
-from tests.test_zilla_scenarios import Produce
+from tests.e2e.test_zilla_scenarios import Produce
+from tests.support.inprocess import FakeFlow, LoopThread, OpenStream, close_stream, new_hub, open_stream
 
 
 @dataclass

@@ -16,10 +16,10 @@ from django.conf import settings as django_settings
 from django.db import connection
 
 from bindings.services import do_put_route
-from streams.cache import Cache
-from streams.kafka import KafkaUnavailableError, Metadata
-from streams.routes import OpenStreams, RouteTable
-from streams.starts import StartFinder
+from streams.hub.cache import Cache
+from streams.hub.start_finder import StartFinder
+from streams.kafka.client import KafkaUnavailableError, Metadata
+from streams.routes.table import OpenStreams, RouteTable
 from tests.conftest import unique
 
 pytestmark = pytest.mark.django_db(transaction=True)

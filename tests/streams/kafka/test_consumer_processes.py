@@ -1,6 +1,7 @@
 """The worker's Kafka consumers live in child processes (docs/decisions/0008-topic-deletion.md): when one dies,
 whatever the broker, the streams of the process go on with nothing lost or repeated. In the test process (tests/
-inprocess.py): the real hub, fetcher, cache and broker; the child is killed as a crash inside librdkafka would."""
+tests/support/inprocess.py): the real hub, fetcher, cache and broker; the child is killed as a crash inside librdkafka
+would."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import os
 import signal
 from collections.abc import Callable
 
-from streams.consumer_host import ConsumerHost
+from streams.kafka.consumer_host import ConsumerHost
 from tests.conftest import wait_until
-from tests.inprocess import LoopThread, close_stream
-from tests.test_hub_lifecycle import running_hub
-from tests.test_zilla_scenarios import Produce
+from tests.e2e.test_zilla_scenarios import Produce
+from tests.streams.hub.test_hub_lifecycle import running_hub
+from tests.support.inprocess import LoopThread, close_stream
 
 LIVE = "live"
 

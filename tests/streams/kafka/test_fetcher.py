@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterator
 import pytest
 from django.conf import settings
 
-from streams.fetcher import Fetch, FetchedBatch, Fetcher
-from streams.kafka import Record
+from streams.kafka.client import Record
+from streams.kafka.fetcher import Fetch, FetchedBatch, Fetcher
 from tests.conftest import wait_until
-from tests.inprocess import LoopThread
-from tests.test_zilla_scenarios import Produce
+from tests.e2e.test_zilla_scenarios import Produce
+from tests.support.inprocess import LoopThread
 
 
 class Received:

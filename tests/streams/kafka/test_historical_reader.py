@@ -11,12 +11,12 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from django.conf import settings
 
-from streams.consumer_host import ConsumerLost
-from streams.kafka import HistoricalReader, ReaderStats
-from streams.topics import ensure_topic
+from streams.kafka.admin import ensure_topic
+from streams.kafka.client import HistoricalReader, ReaderStats
+from streams.kafka.consumer_host import ConsumerLost
 from tests.conftest import unique
-from tests.inprocess import LoopThread
-from tests.test_zilla_scenarios import Produce
+from tests.e2e.test_zilla_scenarios import Produce
+from tests.support.inprocess import LoopThread
 
 
 def test_a_historical_reader_closes_once_however_often_it_is_closed(

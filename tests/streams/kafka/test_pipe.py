@@ -1,4 +1,4 @@
-"""The worker's end of a consumer process's socket (streams/wire.py): it reads what `Connection.send` wrote,
+"""The worker's end of a consumer process's socket (streams/kafka/pipe.py): it reads what `Connection.send` wrote,
 message by message, without holding a whole batch's pickle besides the records unpickled from it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from multiprocessing.connection import Connection
 
 import pytest
 
-from streams.wire import Receiver
+from streams.kafka.pipe import Receiver
 
 MiB = 1024 * 1024
 

@@ -17,7 +17,7 @@ from bindings.patterns import (
     touching_placeholders,
 )
 from bindings.selectors import RouteSpec
-from streams.routing import compile_routes, match_path
+from streams.routes.matching import compile_routes, match_path
 
 ROUTES = compile_routes(
     [

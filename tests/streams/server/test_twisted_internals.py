@@ -1,4 +1,4 @@
-"""The Twisted internals daphne's write flow control reads (streams/server.py) are still there.
+"""The Twisted internals daphne's write flow control reads (streams/server/daphne.py) are still there.
 
 They are not public API, so a Twisted release may drop or rename one; then this test names it, instead of
 flow control quietly degrading. See docs/decisions/0001-daphne-with-write-flow-control.md.
@@ -19,7 +19,7 @@ from twisted.internet.testing import StringTransport
 from twisted.web import http
 from twisted.web._http2 import H2Connection, H2Stream
 
-from streams.server import (
+from streams.server.daphne import (
     CONNECTION_INTERNALS,
     REQUEST_INTERNALS,
     STREAM_INTERNALS,
@@ -50,7 +50,7 @@ def test_twisted_still_has_the_internals_flow_control_reads(connection: tuple[tc
     missing += [f"http.Request.{name}" for name in REQUEST_INTERNALS if not hasattr(request, name)]
     missing += [f"http.Request.{name}" for name in ("registerProducer", "unregisterProducer")
                 if not hasattr(request, name)]  # fmt: skip
-    assert not missing, f"Twisted {twisted.__version__} no longer has what streams/server.py reads: {missing}"
+    assert not missing, f"Twisted {twisted.__version__} no longer has what streams/server/daphne.py reads: {missing}"
 
 
 def test_twisted_still_has_the_http2_internals_stream_flow_control_reads() -> None:
@@ -62,7 +62,7 @@ def test_twisted_still_has_the_http2_internals_stream_flow_control_reads() -> No
     missing += [f"H2Connection.{name}" for name in CONNECTION_INTERNALS if not hasattr(connection, name)]
     missing += [f"H2Stream.{name}" for name in ("windowUpdated", "abortConnection", "connectionLost")
                 if not hasattr(stream, name)]  # fmt: skip
-    assert not missing, f"Twisted {twisted.__version__} no longer has what streams/server.py reads: {missing}"
+    assert not missing, f"Twisted {twisted.__version__} no longer has what streams/server/daphne.py reads: {missing}"
 
 
 def test_flow_writes_to_the_socket_directly_only_on_an_idle_chunked_response(

@@ -1,4 +1,4 @@
-"""The pump and the hub's fan-out in the test process (tests/inprocess.py): the real hub, fetcher, cache and
+"""The pump and the hub's fan-out in the test process (tests/support/inprocess.py): the real hub, fetcher, cache and
 broker, a fake client connection whose fullness the test sets."""
 
 from __future__ import annotations
@@ -6,17 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bindings.selectors import FilterSpec
-from streams import sse
-from streams.delivery_log import Batch
-from streams.filters import compile_filters
-from streams.kafka import ReaderStats
-from streams.pump import Phase
-from streams.shared_reads import Read, SharedReads
-from streams.subscription import Position
+from streams.codecs import sse
+from streams.events.subscription import Position
+from streams.hub.shared_reads import Read, SharedReads
+from streams.kafka.client import ReaderStats
+from streams.routes.filters import compile_filters
+from streams.stream.pump import Phase
+from streams.telemetry.delivery_log import Batch
 from tests.conftest import wait_until
-from tests.inprocess import LoopThread, OpenStream
-from tests.test_hub_lifecycle import running_hub
-from tests.test_zilla_scenarios import Produce
+from tests.e2e.test_zilla_scenarios import Produce
+from tests.streams.hub.test_hub_lifecycle import running_hub
+from tests.support.inprocess import LoopThread, OpenStream
 
 LIVE = "live"
 

@@ -2,7 +2,7 @@
 
 A web process serves clients that come and go for days: whatever it keeps per client address, per identity, per
 stream or per task must go when the stream does, or memory grows with every client ever seen. The real endpoint
-runs in process (tests/fuzz.py) over real routes, a real JWT guard and the real broker; each request streams,
+runs in process (tests/support/fuzz.py) over real routes, a real JWT guard and the real broker; each request streams,
 reads its first chunk and disconnects.
 """
 
@@ -15,13 +15,13 @@ from collections.abc import Callable
 import pytest
 
 from bindings.services import do_put_guard, do_put_route
-from streams.endpoint import Stream
-from streams.hub import current_hub
-from streams.pump import Pump
-from streams.subscription import Subscription
+from streams.edge.endpoint import Stream
+from streams.events.subscription import Subscription
+from streams.hub.hub import current_hub
+from streams.stream.pump import Pump
 from tests.conftest import unique
-from tests.fuzz import Endpoint, endpoint
-from tests.jwt_keys import guard_fields, token
+from tests.support.fuzz import Endpoint, endpoint
+from tests.support.jwt_keys import guard_fields, token
 
 __all__ = ["endpoint"]  # the fixture, imported for pytest
 

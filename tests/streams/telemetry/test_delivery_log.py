@@ -11,14 +11,14 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from streams.delivery_log import DeliveryLog, SessionRecord, user_agent_family
-from streams.delivery_schema import BOUNDS, BUCKETS, DELIVERIES, REFUSALS, SESSIONS, End, Start, bucket
-from streams.kafka import Record
-from streams.pump import Phase
+from streams.kafka.client import Record
+from streams.stream.pump import Phase
+from streams.telemetry.delivery_log import DeliveryLog, SessionRecord, user_agent_family
+from streams.telemetry.delivery_schema import BOUNDS, BUCKETS, DELIVERIES, REFUSALS, SESSIONS, End, Start, bucket
 from tests.conftest import wait_until
-from tests.inprocess import LoopThread
-from tests.test_hub_lifecycle import running_hub
-from tests.test_zilla_scenarios import Produce
+from tests.e2e.test_zilla_scenarios import Produce
+from tests.streams.hub.test_hub_lifecycle import running_hub
+from tests.support.inprocess import LoopThread
 
 LIVE = "live"
 
