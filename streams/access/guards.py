@@ -315,6 +315,8 @@ class Authorised:
     sessions: dict[str, Session]
 
 
+REVOKED_TYPE = "urn:sse-kafka-platform:problem:token-revoked"
+REVOKED_TITLE = "Token revoked"
 REVOKED_DETAIL = "This token, or its identity, was revoked by an operator: it opens no stream."
 
 

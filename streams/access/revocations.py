@@ -30,9 +30,8 @@ from django.db import DatabaseError, close_old_connections
 
 from bindings.changes import CHANGES_GROUP
 from bindings.selectors import RevocationSpec, revocation_specs
-from streams.access.guards import REVOKED_DETAIL, Session
+from streams.access.guards import REVOKED_DETAIL, REVOKED_TITLE, REVOKED_TYPE, Session
 from streams.access.renewal import GuardedStream, Sessions
-from streams.edge.http import REVOKED_TITLE, REVOKED_TYPE
 from streams.routes.listen import listen
 from streams.telemetry.delivery_schema import End
 

@@ -8,13 +8,11 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from bindings.selectors import EndpointSpec
-from streams.access.guards import Refusal
+from streams.access.guards import REVOKED_TITLE, REVOKED_TYPE, Refusal
 from streams.codecs.asgi import Scope, Send, header
 from streams.events.start_plan import parse_since
 
 # A revoked token's 401 says so, apart from other 401s (docs/contract.md §6): a client must not retry it.
-REVOKED_TYPE = "urn:sse-kafka-platform:problem:token-revoked"
-REVOKED_TITLE = "Token revoked"
 MAX_LAST_EVENT_ID_BYTES = 4096
 STREAM_METHODS = "GET, HEAD, OPTIONS"
 # A stream's response headers (docs/contract.md §2): proxies must neither cache nor buffer it.

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-from streams.kafka.client import TopicInfo, TopicNotFoundError
-
-if TYPE_CHECKING:
-    from streams.hub.hub import Hub, TopicState
+from streams.hub.topic_state import TopicState
+from streams.kafka.client import Metadata, TopicInfo, TopicNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -29,15 +27,26 @@ RECHECK_AFTER_S = 5.0  # a topic the consumer keeps reporting unknown is describ
 
 
 class Deletions:
-    def __init__(self, hub: Hub) -> None:
-        self.hub = hub
-        hub.fetcher.on_restart, hub.fetcher.on_errors = self.restarted, self.suspect
+    """Handed the hub's topics and what it needs to check and drop one: the hub wires the fetcher's reports of
+    lost consumers and unknown topics to `restarted` and `suspect`."""
+
+    def __init__(
+        self,
+        topics: dict[str, TopicState],
+        metadata: Metadata,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        forget: Callable[[str], TopicState | None],
+        reassign: Callable[[str], None],
+    ) -> None:
+        self.topics, self.metadata, self.loop = topics, metadata, loop
+        self._forget, self._reassign = forget, reassign
         self.dropped = 0  # topics dropped since the process started
         self._checking: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        task = self.hub.loop.create_task(coro, name=name)
+        task = self.loop.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -51,7 +60,7 @@ class Deletions:
             if deleted:
                 self.drop(topic)
             else:
-                self.hub.fetcher.reassign(topic)
+                self._reassign(topic)
 
     def suspect(self, topics: set[str]) -> None:
         """The consumer said these topics are unknown: check them (each at most every RECHECK_AFTER_S)."""
@@ -71,31 +80,31 @@ class Deletions:
     async def _gone(self, topic: str) -> bool:
         """The topic no longer exists, or is another topic under the same name. Kafka unreachable: not gone."""
         try:
-            info = await self.hub.metadata.describe(topic)
+            info = await self.metadata.describe(topic)
         except TopicNotFoundError:
             return True
         except Exception:
             log.warning("could not check whether topic %s still exists", topic, exc_info=True)
             return False
-        state = self.hub.topics.get(topic)
+        state = self.topics.get(topic)
         known = state.info.topic_id if state is not None else ""
         return bool(known and info.topic_id and info.topic_id != known)
 
     def current(self, topic: str, info: TopicInfo) -> TopicState | None:
         """The topic's state, unless there is none or `info` (just described) is of another topic by that name:
         then the old one was deleted, and is dropped."""
-        state = self.hub.topics.get(topic)
+        state = self.topics.get(topic)
         if state is not None and state.info.topic_id and info.topic_id and info.topic_id != state.info.topic_id:
             self.drop(topic)
             return None
         return state
 
     def stats(self) -> dict[str, int]:
-        return {"fetcher_restarts": self.hub.fetcher.thread.restarts, "topics_deleted": self.dropped}
+        return {"topics_deleted": self.dropped}
 
     def drop(self, topic: str) -> None:
         """Forget the deleted topic everywhere in the process and end its streams."""
-        state = forget(self.hub, topic)
+        state = self._forget(topic)
         self.dropped += 1
         if state is None:
             return
@@ -105,10 +114,3 @@ class Deletions:
             state.fanout = None
         for subscriber in list(state.subscribers):
             subscriber.gone()
-
-
-def forget(hub: Hub, topic: str) -> TopicState | None:
-    """Drop the topic from the process (deleted, or idle too long): its partitions, cache windows and state."""
-    hub.fetcher.forget(topic)
-    hub.cache.drop(topic)
-    return hub.topics.pop(topic, None)

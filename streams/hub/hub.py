@@ -13,66 +13,24 @@ import asyncio
 import logging
 import time
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import replace
 
 from django.conf import settings
 
 from config.kafka_settings import KafkaSettings
 from streams.hub.cache import Cache
-from streams.hub.deletions import Deletions, forget
-from streams.hub.shared_reads import SharedReads
+from streams.hub.deletions import Deletions
 from streams.hub.start_finder import Positions, StartFinder
+from streams.hub.topic_state import Subscriber, TopicState
 from streams.hub.topic_watch import CHECK_S, TopicWatch
-from streams.hub.watchdog import StallWatch, Watched
-from streams.kafka.client import Metadata, TopicInfo, Watermarks
+from streams.hub.watchdog import StallWatch
+from streams.kafka.client import Metadata
 from streams.kafka.fetcher import FetchedBatch, Fetcher
 
 log = logging.getLogger(__name__)
 
 METADATA_TTL_S = 30.0
 JANITOR_INTERVAL_S = 5.0
-
-
-class Subscriber(Watched, Protocol):
-    """A stream reading a topic through the hub (what the stall watch needs of it, and the fan-out's hooks)."""
-
-    def share_key(self) -> Hashable | None:
-        """Subscribers with equal keys would write the same bytes for the next batch; None: not shareable now."""
-
-    def notify(self) -> bytes | None:
-        """New records (or a partition's end) arrived for the topic; called on the event loop. Returns the bytes
-        it wrote, or None when it left the work to its own task."""
-
-    def adopt(self, leader: Any, data: bytes) -> None:
-        """Write what `leader` (same share key) just wrote and take its position."""
-
-    def account(self, clients: int) -> None:
-        """Count what the last write delivered, to `clients` clients (a group's leader counts for the group)."""
-
-    def gone(self) -> None:
-        """The topic was deleted: the stream ends (streams/hub/deletions.py)."""
-
-    def grow(self, starts: Mapping[int, int]) -> None:
-        """Partitions were added to the topic: read them too, from `starts` (each one's first offset), and name
-        them in the ids from now on. Partitions it reads already are left as they are."""
-
-
-@dataclass
-class TopicState:
-    name: str
-    info: TopicInfo
-    described_at: float
-    low: dict[int, int] = field(default_factory=dict)  # earliest offsets, as last looked up
-    at_end: set[int] = field(default_factory=set)  # partitions the fetcher has read up to their end
-    subscribers: set[Subscriber] = field(default_factory=set)
-    idle_since: float | None = None
-    bootstrap: bool = False
-    last_fanout: float = float("-inf")
-    fanout: asyncio.TimerHandle | None = None  # a coalesced fan-out already scheduled
-    marks: asyncio.Task[dict[int, Watermarks]] | None = None  # the latest watermark lookup
-    marks_at: float = float("-inf")
-    reads: SharedReads = field(default_factory=SharedReads)  # catch-up reads of streams in the same position
 
 
 class Hub:
@@ -92,10 +50,12 @@ class Hub:
         self.metadata = Metadata(kafka)
         self.cache = Cache(cache_bytes)
         self.fetcher = Fetcher(kafka, loop, self._on_batch, on_lows=self._on_lows)
-        self.deletions = Deletions(self)  # takes the fetcher's word on lost consumers and unknown topics
-        self.watch = TopicWatch(self)
-        self.starts = StartFinder(self.metadata, self.cache, loop)
         self.topics: dict[str, TopicState] = {}
+        # takes the fetcher's word on lost consumers and unknown topics
+        self.deletions = Deletions(self.topics, self.metadata, loop, forget=self.forget, reassign=self.fetcher.reassign)
+        self.fetcher.on_restart, self.fetcher.on_errors = self.deletions.restarted, self.deletions.suspect
+        self.watch = TopicWatch(self.topics, self.metadata, grow=self.grow, suspect=self.deletions.suspect)
+        self.starts = StartFinder(self.metadata, self.cache, loop)
         self._describing: dict[str, asyncio.Task[TopicState]] = {}
         self._idle_s, self._bootstrap = idle_s, bootstrap
         self._janitor: asyncio.Task[None] | None = None
@@ -261,7 +221,13 @@ class Hub:
         for state in list(self.topics.values()):
             state.reads.expire(self.loop.time())
             if state.idle_since is not None and not state.subscribers and now - state.idle_since > self._idle_s:
-                forget(self, state.name)
+                self.forget(state.name)
+
+    def forget(self, topic: str) -> TopicState | None:
+        """Drop the topic from the process (deleted, or idle too long): its partitions, cache windows and state."""
+        self.fetcher.forget(topic)
+        self.cache.drop(topic)
+        return self.topics.pop(topic, None)
 
     def stats(self) -> dict[str, int]:
         return {
@@ -272,6 +238,7 @@ class Hub:
             "cache_bytes": self.cache.bytes,
             "stalled_streams": self.stalls.stalled,
             "stalls_noticed": self.stalls.noticed,
+            "fetcher_restarts": self.fetcher.thread.restarts,
             **self.deletions.stats(),
         }
 

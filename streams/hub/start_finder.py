@@ -11,7 +11,6 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 
@@ -19,10 +18,8 @@ from bindings.selectors import START_LIVE
 from streams.codecs.event_id import OFFSET_EARLIEST
 from streams.events.start_plan import StartPlan, plan_start, since_offsets
 from streams.hub.cache import Cache
+from streams.hub.topic_state import TopicState
 from streams.kafka.client import Metadata, Watermarks
-
-if TYPE_CHECKING:
-    from streams.hub.hub import TopicState
 
 SINCE_KEYS_KEPT = 1024
 WATERMARKS_REUSE_S = 0.2  # streams starting together share one lookup (a reconnect storm sends one, not 10 000)

@@ -7,8 +7,8 @@ here (or is a bootstrap topic), all of them in one request, and hands on what it
 
 - a topic that no longer exists, or exists under another topic id (deleted and created again): to the deletion
   check (streams/hub/deletions.py), which describes it once more and drops it, ending its streams;
-- partitions added (`kafka-topics --alter --partitions`, `AdminClient.create_partitions`): to `Hub.grow`, which has
-  every stream of the topic read them from their start and name them in its ids (docs/contract.md §4).
+- partitions added (`kafka-topics --alter --partitions`, `AdminClient.create_partitions`): to the hub's `grow`,
+  which has every stream of the topic read them from their start and name them in its ids (docs/contract.md §4).
 
 A topic nobody streams costs nothing; the rest cost one request per process per check, whatever their number.
 """
@@ -16,10 +16,10 @@ A topic nobody streams costs nothing; the rest cost one request per process per 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
 
-if TYPE_CHECKING:
-    from streams.hub.hub import Hub
+from streams.hub.topic_state import TopicState
+from streams.kafka.client import Metadata
 
 log = logging.getLogger(__name__)
 
@@ -27,27 +27,37 @@ CHECK_S = 2.0  # how often the topics with streams are described: a deletion or 
 
 
 class TopicWatch:
-    def __init__(self, hub: Hub) -> None:
-        self.hub = hub
+    """Handed the hub's topics, the metadata client, and where to hand what it finds: `grow` (the hub's) for
+    added partitions, `suspect` (the deletion check's) for topics gone or replaced."""
+
+    def __init__(
+        self,
+        topics: dict[str, TopicState],
+        metadata: Metadata,
+        *,
+        grow: Callable[[TopicState, list[int]], Awaitable[None]],
+        suspect: Callable[[set[str]], None],
+    ) -> None:
+        self.topics, self.metadata = topics, metadata
+        self._grow, self._suspect = grow, suspect
         self.checks = 0  # requests made since the process started (health endpoint)
 
     async def check(self) -> None:
         """Describe every topic with streams (or bootstrap) once; hand on deletions and added partitions."""
-        hub = self.hub
-        watched = {name: state for name, state in hub.topics.items() if state.subscribers or state.bootstrap}
+        watched = {name: state for name, state in self.topics.items() if state.subscribers or state.bootstrap}
         if not watched:
             return
         self.checks += 1
-        layouts = await hub.metadata.layouts(sorted(watched))
+        layouts = await self.metadata.layouts(sorted(watched))
         suspects = set()
         for name, layout in layouts.items():
             state = watched[name]
-            if hub.topics.get(name) is not state:
+            if self.topics.get(name) is not state:
                 continue  # dropped, or replaced by a new stream's description, while this request was out
             known = state.info.topic_id
             if layout is None or (known and layout.topic_id and layout.topic_id != known):
                 suspects.add(name)
             elif not set(layout.partitions) <= set(state.info.partitions):
-                await hub.grow(state, layout.partitions)
+                await self._grow(state, layout.partitions)
         if suspects:
-            hub.deletions.suspect(suspects)
+            self._suspect(suspects)

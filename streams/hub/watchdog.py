@@ -16,25 +16,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
+
+from streams.hub.topic_state import TopicState, Watched
 
 if TYPE_CHECKING:
     from streams.hub.cache import Cache
-    from streams.hub.hub import TopicState
     from streams.kafka.client import Metadata
 
 log = logging.getLogger(__name__)
-
-
-class Watched(Protocol):
-    label: str  # the route, for the log
-
-    @property
-    def cursors(self) -> dict[int, int]:
-        """Next offset to read, per partition."""
-
-    def receiving(self) -> bool:
-        """The client takes what is written (its connection is not full, the stream not ended)."""
 
 
 @dataclass

@@ -10,7 +10,8 @@ from bindings.selectors import EVENT_ID_KEY_AND_ETAG, RouteSpec
 from streams.codecs.asgi import Scope, header
 from streams.codecs.event_id import parse_id
 from streams.events.subscription import Subscription, SubscriptionOptions
-from streams.hub.hub import Hub, TopicState
+from streams.hub.hub import Hub
+from streams.hub.topic_state import TopicState
 from streams.routes.filters import compile_filters
 from streams.routes.matching import Match
 from streams.telemetry.counters import StreamStats

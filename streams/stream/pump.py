@@ -16,7 +16,8 @@ from django.conf import settings
 from streams.codecs import sse
 from streams.codecs.asgi import Send
 from streams.events.subscription import Subscription
-from streams.hub.hub import Hub, TopicState
+from streams.hub.hub import Hub
+from streams.hub.topic_state import TopicState
 from streams.server.daphne import Flow
 from streams.stream.reader import StreamReader
 from streams.telemetry.counters import StreamStats

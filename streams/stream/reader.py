@@ -14,8 +14,8 @@ import enum
 from config.kafka_settings import KafkaSettings
 from streams.events.subscription import Subscription
 from streams.hub.cache import Cache
-from streams.hub.hub import TopicState
 from streams.hub.shared_reads import Read, SharedReads
+from streams.hub.topic_state import TopicState
 from streams.kafka.client import HistoricalReader, Record
 from streams.kafka.consumer_host import ConsumerLost
 from streams.telemetry.delivery_log import DeliverySink

@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from bindings.models import Change
 from bindings.services import do_put_guard, do_put_route, do_revoke
+from streams.access.guards import REVOKED_TITLE, REVOKED_TYPE
 from streams.access.revocations import REFRESH_S
-from streams.edge.http import REVOKED_TITLE, REVOKED_TYPE
 from tests.conftest import unique, wait_until
 from tests.e2e.test_redis_outage import behind_a_cuttable_redis
 from tests.e2e.test_worker_killed import read_until, serving_pid
