@@ -1,5 +1,6 @@
-"""Hostile REST API requests (docs/api.md): bodies of wrong types at every level, nulls, huge numbers, deep nesting,
-text Postgres cannot store, bodies that are not JSON or not UTF-8, odd names in URLs and odd query parameters.
+"""Hostile REST API requests (docs/control-plane.md, "The REST API"): bodies of wrong types at every level, nulls,
+huge numbers, deep nesting, text Postgres cannot store, bodies that are not JSON or not UTF-8, odd names in URLs and
+odd query parameters.
 
 With a staff user's session, every such request is answered below 500, and every error is an RFC 9457 problem.
 """
