@@ -11,7 +11,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from django.conf import settings as django_settings
 from django.db import connection
 
@@ -20,7 +21,7 @@ from streams.hub.cache import Cache
 from streams.hub.start_finder import StartFinder
 from streams.kafka.client import KafkaUnavailableError, Metadata
 from streams.routes.table import OpenStreams, RouteTable
-from tests.conftest import unique
+from tests.conftest import unique, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,21 +79,30 @@ def finder(metadata: CountingMetadata, topic: str) -> tuple[StartFinder, Any]:
     return StartFinder(metadata, Cache(1 << 20), asyncio.get_running_loop()), state  # type: ignore[arg-type]
 
 
-def timed_topic(new_topic: Callable[..., str], producer: Producer) -> tuple[str, int]:
-    """A two-partition topic whose records are stamped 1 000 ms apart from a base time; returns (topic, base)."""
+def timed_topic(new_topic: Callable[..., str]) -> tuple[str, int]:
+    """A two-partition topic whose records are stamped 1 000 ms apart from a base time; returns (topic, base).
+
+    An idempotent producer of its own, and a wait for all six at the end of their partitions: a retry right after
+    the topic's creation may not reorder them, and a lookup may not come before they are all there."""
     topic, base = new_topic(partitions=2), 1_700_000_000_000
+    producer = Producer({**django_settings.KAFKA.producer_config(), "enable.idempotence": True})
     for index in range(6):  # partition 0: base, +2 s, +4 s; partition 1: +1 s, +3 s, +5 s
         producer.produce(topic, value=b"v%d" % index, partition=index % 2, timestamp=base + 1000 * index)
     assert producer.flush(10) == 0
+    admin = AdminClient(django_settings.KAFKA.admin_config())
+    ends = {TopicPartition(topic, p): OffsetSpec.latest() for p in (0, 1)}  # type: ignore[no-untyped-call]
+
+    def all_there() -> bool:
+        return all(f.result(timeout=10).offset == 3 for f in admin.list_offsets(ends).values())
+
+    wait_until(all_there)
     return topic, base
 
 
 @pytest.mark.asyncio
-async def test_since_lookups_are_shared_and_kept_for_the_setting(
-    settings: Any, new_topic: Callable[..., str], producer: Producer
-) -> None:
+async def test_since_lookups_are_shared_and_kept_for_the_setting(settings: Any, new_topic: Callable[..., str]) -> None:
     settings.SSE_SINCE_CACHE_S = 1
-    topic, base = await asyncio.to_thread(timed_topic, new_topic, producer)
+    topic, base = await asyncio.to_thread(timed_topic, new_topic)
     metadata = CountingMetadata()
     starts, state = finder(metadata, topic)
     answers = await asyncio.gather(*(starts._offsets_for_time(state, base + 1500) for _ in range(20)))
@@ -109,10 +119,10 @@ async def test_since_lookups_are_shared_and_kept_for_the_setting(
 
 @pytest.mark.asyncio
 async def test_a_since_answer_of_no_record_yet_or_a_failure_is_not_kept(
-    settings: Any, new_topic: Callable[..., str], producer: Producer
+    settings: Any, new_topic: Callable[..., str]
 ) -> None:
     settings.SSE_SINCE_CACHE_S = 60
-    topic, base = await asyncio.to_thread(timed_topic, new_topic, producer)
+    topic, base = await asyncio.to_thread(timed_topic, new_topic)
     metadata = CountingMetadata()
     starts, state = finder(metadata, topic)
     # After +4 s, partition 1 still has a record (+5 s) but partition 0 has none yet: one may come.
