@@ -11,7 +11,7 @@ Run by path, with the project's interpreter::
 free port of 127.0.0.1, and prints shell lines to eval: ``export KEY=value`` for
 every selected embedded service, then ``STARTED_SERVICES=a,b`` naming the ones
 this call started.  ``down`` stops the selected services of this checkout.
-State lives under ``<repo>/var/``; ``var/services.env`` holds the ``KEY=value``
+State lives under ``<repo>/var/`` (``$SSE_VAR_DIR`` when set); ``var/services.env`` holds the ``KEY=value``
 lines of the embedded services currently running.  Progress goes to stderr.
 
 Kafka is Apache Kafka: one KRaft node (broker and controller), its jars fetched by
