@@ -7,6 +7,8 @@ install:
 	@platform/install.sh
 
 ## make run: services, platform (web, Celery worker and beat), demo route and producer; Ctrl-C stops it all.
+## So do SIGTERM (make passes it on to its recipe's process) and SIGHUP (docs/operations.md, "Stopping"). Each
+## recipe line below is one command, which bash runs in its own place: make's signal reaches that very process.
 run: install
 	@platform/with-services.sh -- platform/start.sh
 
@@ -19,7 +21,8 @@ lint: install
 
 ## Keep the embedded services up between commands (make run / make test then reuse them).
 services-up: install
-	@.venv/bin/python platform/services.py up >/dev/null && .venv/bin/python platform/services.py status
+	@.venv/bin/python platform/services.py up >/dev/null
+	@.venv/bin/python platform/services.py status
 
 services-down:
 	@.venv/bin/python platform/services.py down
