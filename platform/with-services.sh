@@ -109,11 +109,12 @@ if [ "$interrupted" -ne 0 ]; then
     exit "$interrupted"
 fi
 
-# A background job of a script starts with SIGINT ignored: give Ctrl-C back to CMD.
+# A background job of a script starts with SIGINT ignored and its input from /dev/null: give CMD back Ctrl-C
+# and the terminal (pytest's --pdb reads it).
 (
     trap - INT QUIT
     exec "$@"
-) &
+) <&0 &
 child=$!
 if [ "$interrupted" -ne 0 ]; then # a signal came before $child was known
     kill -TERM "$child" 2>/dev/null || true
@@ -136,7 +137,7 @@ if [ "$interrupted" -ne 0 ]; then
         fi
     done
     # shellcheck disable=SC2086
-    left=$(running "$child" $tree $(descendants "$child"))
+    left=$(running "$child" $tree $(descendants "$child") | sort -un)
     if [ -n "$left" ]; then
         echo "with-services.sh: still running ${STOP_GRACE_S}s after the signal, killed:" $left >&2
         # shellcheck disable=SC2086
