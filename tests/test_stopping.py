@@ -150,12 +150,14 @@ def start(var_dir: Path, name: str) -> Run:
             start_new_session=True,
         )
     run = Run(process, var_dir, port, log)
-    deadline = time.monotonic() + START_TIMEOUT_S
+    started = time.monotonic()
+    deadline = started + START_TIMEOUT_S
     while not answers(port):
         if process.poll() is not None or time.monotonic() > deadline:
             stop_everything(run)
             pytest.fail(f"make run: no answer on port {port} (exit status {process.poll()}):\n{run.tail()}")
         time.sleep(0.2)
+    print(f"{name}: answering {time.monotonic() - started:.0f}s after make run")
     return run
 
 
