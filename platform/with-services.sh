@@ -4,9 +4,11 @@
 #   platform/with-services.sh [--only postgres,redis,kafka] -- CMD ARGS...
 #
 # Starts (or reuses) the services through platform/services.py, exports
-# DATABASE_URL / REDIS_URL / KAFKA_BOOTSTRAP_SERVERS, runs CMD in the
-# foreground, then stops exactly the services this invocation started (also
-# after an error, Ctrl-C, SIGTERM or SIGHUP) and exits with CMD's status.
+# DATABASE_URL / REDIS_URL / KAFKA_BOOTSTRAP_SERVERS, runs CMD (in this
+# process group, with this input: Ctrl-C and the terminal reach it), then stops
+# exactly the services this invocation started (also after an error, Ctrl-C,
+# SIGTERM or SIGHUP) and exits with CMD's status (128 + the signal's number
+# after a signal).
 # Services that were already running, or given through their URL variable, are
 # left alone. docs/operations.md ("Stopping") gives the time a stop takes.
 set -euo pipefail

@@ -38,6 +38,7 @@ START_TIMEOUT_S = 150.0  # the first start: initdb, the migrations, the broker's
 
 pytestmark = pytest.mark.timeout(START_TIMEOUT_S + STOP_BOUND_S + 60)
 
+SERVICE_PROGRAMS = ("postgres", "redis-server", "java")
 Ident = tuple[int, int]  # (pid, start time in clock ticks): a pid the kernel reuses is another process
 
 
@@ -79,8 +80,10 @@ def of_run(top: int, var_dir: Path) -> dict[Ident, Proc]:
     mine = {pid for pid, proc in table.items() if proc.sid == top or marker in proc.cmdline}
     mine.add(top)
     for pidfile in [*var_dir.glob("*/*.pid"), var_dir / "postgres" / "data" / "postmaster.pid"]:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            mine.add(int(pidfile.read_text().split()[0]))  # Redis names no file on its command line
+        with contextlib.suppress(OSError, ValueError, IndexError, KeyError):
+            pid = int(pidfile.read_text().split()[0])  # Redis names no file on its command line
+            if any(name in table[pid].cmdline for name in SERVICE_PROGRAMS):  # not a stale pidfile's reused pid
+                mine.add(pid)
     grew = True
     while grew:
         more = {pid for pid, proc in table.items() if proc.ppid in mine} - mine
