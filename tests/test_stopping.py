@@ -18,9 +18,10 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,11 +165,27 @@ def start(var_dir: Path, name: str) -> Run:
     return run
 
 
-def stop_everything(run: Run) -> None:
-    """What a failed case leaves behind, killed, so the next case starts clean."""
-    for proc in run.processes().values():
+def stop_everything(run: Run, left: Sequence[Proc] = ()) -> None:
+    """What a failed case leaves behind, killed, so the next case starts clean: the run's processes now and
+    those `left` that still run (an orphan is no longer in the run's tree)."""
+    # The services first, in order: a Postgres killed outright may keep the next case's from starting.
+    subprocess.run(
+        [sys.executable, str(ROOT / "platform" / "services.py"), "down"],
+        cwd=ROOT,
+        env={**os.environ, "SSE_VAR_DIR": str(run.var_dir)},
+        capture_output=True,
+        timeout=90,
+        check=False,
+    )
+    now = processes()
+    targets = {
+        *run.processes().values(),
+        *(proc for proc in left if proc.pid in now and now[proc.pid].ident == proc.ident),
+    }
+    for proc in targets:
         if proc.pid != os.getpid():
-            os.kill(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
     run.process.wait(timeout=10)
 
 
@@ -186,7 +203,7 @@ def assert_all_stop(run: Run, before: dict[Ident, Proc], signalled: float) -> fl
             return elapsed
         if time.monotonic() > deadline:
             listing = "\n".join(f"  {proc.pid} (ppid {proc.ppid}) {proc.cmdline[:150]}" for proc in left)
-            stop_everything(run)
+            stop_everything(run, left)
             pytest.fail(f"{len(left)} process(es) still running {STOP_BOUND_S:.0f}s after the signal:\n{listing}")
         time.sleep(0.1)
 
