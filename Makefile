@@ -7,19 +7,22 @@ install:
 	@platform/install.sh
 
 ## make run: services, platform (web, Celery worker and beat), demo route and producer; Ctrl-C stops it all.
+## So do SIGTERM and SIGHUP (docs/operations.md, "Stopping"). make passes SIGTERM on to the process of its recipe
+## line, which is the shell: each line execs its command, so that the signal reaches it and no shell dies in its place.
 run: install
-	@platform/with-services.sh -- platform/start.sh
+	@exec platform/with-services.sh -- platform/start.sh
 
 ## make test: ruff, mypy, import-linter and pytest against real Postgres, Redis and Kafka-protocol broker.
 test: install
-	@platform/with-services.sh -- platform/test.sh
+	@exec platform/with-services.sh -- platform/test.sh
 
 lint: install
 	@platform/test.sh --lint-only
 
 ## Keep the embedded services up between commands (make run / make test then reuse them).
 services-up: install
-	@.venv/bin/python platform/services.py up >/dev/null && .venv/bin/python platform/services.py status
+	@exec .venv/bin/python platform/services.py up >/dev/null
+	@exec .venv/bin/python platform/services.py status
 
 services-down:
-	@.venv/bin/python platform/services.py down
+	@exec .venv/bin/python platform/services.py down

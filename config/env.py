@@ -14,7 +14,8 @@ from urllib.parse import unquote, urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-SERVICES_ENV = BASE_DIR / "var" / "services.env"
+# platform/embedded.py keeps the embedded services' state in the same directory.
+SERVICES_ENV = Path(os.environ.get("SSE_VAR_DIR") or BASE_DIR / "var") / "services.env"
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}

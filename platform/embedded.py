@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import ClassVar
 
 ROOT = Path(__file__).resolve().parent.parent
-VAR = ROOT / "var"
+# Where the services keep their state: the checkout's var/ unless SSE_VAR_DIR names another directory (the
+# tests of `make run`'s stopping start a platform of their own there). config/env.py reads the same variable.
+VAR = Path(os.environ["SSE_VAR_DIR"]).resolve() if os.environ.get("SSE_VAR_DIR") else ROOT / "var"
 
 HOST = "127.0.0.1"
 START_TIMEOUT = 60.0

@@ -147,8 +147,8 @@ class Postgres(Service):
 
     @staticmethod
     def external_dir() -> Path:
-        """A per-checkout directory in /tmp (the temp dir) the postgres user can reach."""
-        digest = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+        """A directory in /tmp (the temp dir) the postgres user can reach, one per checkout (or ``SSE_VAR_DIR``)."""
+        digest = hashlib.sha256(str(ROOT if VAR == ROOT / "var" else VAR).encode()).hexdigest()[:12]
         return Path(tempfile.gettempdir()) / f"sse-platform-pg-{digest}"
 
     def make_external_dir(self) -> Path:

@@ -11,7 +11,7 @@ Run by path, with the project's interpreter::
 free port of 127.0.0.1, and prints shell lines to eval: ``export KEY=value`` for
 every selected embedded service, then ``STARTED_SERVICES=a,b`` naming the ones
 this call started.  ``down`` stops the selected services of this checkout.
-State lives under ``<repo>/var/``; ``var/services.env`` holds the ``KEY=value``
+State lives under ``<repo>/var/`` (``$SSE_VAR_DIR`` when set); ``var/services.env`` holds the ``KEY=value``
 lines of the embedded services currently running.  Progress goes to stderr.
 
 Kafka is Apache Kafka: one KRaft node (broker and controller), its jars fetched by
@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import os
 import shlex
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from typing import IO
@@ -168,6 +169,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     names: list[str] = list(SERVICES) if args.only is None else args.only
     selected = [svc for name, svc in SERVICES.items() if name in names]
+    if args.command == "up":
+        # SIGTERM (make passes it on) and a closed terminal interrupt a start like Ctrl-C does: what this call
+        # started is stopped again, none of it left behind.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        signal.signal(signal.SIGHUP, signal.default_int_handler)
+    elif args.command == "down":
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a stop under way finishes when the terminal closes
     try:
         if args.command == "up":
             cmd_up(selected, sys.stdout)

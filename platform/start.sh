@@ -33,4 +33,8 @@ echo "metrics: $base/metrics (Prometheus), probes: $base/healthz $base/readyz"
 echo "kafka: $KAFKA_BOOTSTRAP_SERVERS"
 grep -E '^(admin user|admin password):' <<<"$setup"
 echo
+# A closed terminal hangs up the whole process group: honcho would die of it at once and leave its processes (each
+# in a session of its own) running. It ignores the hangup instead; platform/with-services.sh turns it into a
+# SIGTERM, on which honcho stops them all.
+trap '' HUP
 exec .venv/bin/honcho -f platform/Procfile -d . start

@@ -50,7 +50,7 @@ is a separate process with its own event loop and its own in-memory cache; none 
 Signals: SIGTERM, SIGINT and SIGHUP are forwarded to every worker (SIGHUP as SIGTERM); the workers run in their
 own session, so a terminal's Ctrl-C reaches them only through this forwarding, once. Workers still running
 ``STOP_GRACE_S`` seconds later are killed. This process exits when all its workers have exited: 0 after a
-requested stop, 1 otherwise. Each worker also gets SIGTERM from the kernel if this process dies abruptly
+requested stop, 1 otherwise. Each worker also gets SIGKILL from the kernel if this process dies abruptly
 (``PR_SET_PDEATHSIG``), so no worker is left holding the port.
 
 A worker that exits while no stop was requested is restarted, at most ``WEB_MAX_RESTARTS`` times in any 60 s
@@ -96,7 +96,10 @@ PYTHONMALLOC = "malloc"
 
 
 def log(message: str) -> None:
-    print(f"web: {message}", file=sys.stderr, flush=True)
+    # A log whose reader is gone (honcho killed, the terminal closed) must not stop this process halfway
+    # through stopping its workers.
+    with contextlib.suppress(OSError):
+        print(f"web: {message}", file=sys.stderr, flush=True)
 
 
 def listen(host: str, port: int, backlog: int) -> socket.socket:
@@ -172,9 +175,11 @@ def forget_metrics(pid: int) -> None:
 
 
 def _child_setup() -> None:
-    # Runs in the worker between fork and exec: die with the parent. The parent is single-threaded.
+    # Runs in the worker between fork and exec: die with the parent. The parent is single-threaded. SIGKILL, not
+    # SIGTERM: this process dies abruptly only when it is killed (honcho kills it 5 s after a stop, sooner than
+    # STOP_GRACE_S), and then nobody is left to kill a worker that is slow to stop on SIGTERM.
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class Supervisor:
