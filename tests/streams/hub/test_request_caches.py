@@ -5,6 +5,7 @@ the real broker, through a wrapper that counts the lookups."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
@@ -82,9 +83,10 @@ def finder(metadata: CountingMetadata, topic: str) -> tuple[StartFinder, Any]:
 def timed_topic(new_topic: Callable[..., str]) -> tuple[str, int]:
     """A two-partition topic whose records are stamped 1 000 ms apart from a base time; returns (topic, base).
 
-    An idempotent producer of its own, and a wait for all six at the end of their partitions: a retry right after
-    the topic's creation may not reorder them, and a lookup may not come before they are all there."""
-    topic, base = new_topic(partitions=2), 1_700_000_000_000
+    The base is an hour ago: records stamped older than the topic's retention (7 days) would be deleted within a
+    second by the broker's retention check. An idempotent producer of its own, and a wait for all six at the end
+    of their partitions: a retry may not reorder them, and a lookup may not come before they are all there."""
+    topic, base = new_topic(partitions=2), int(time.time() * 1000) - 3_600_000
     producer = Producer({**django_settings.KAFKA.producer_config(), "enable.idempotence": True})
     for index in range(6):  # partition 0: base, +2 s, +4 s; partition 1: +1 s, +3 s, +5 s
         producer.produce(topic, value=b"v%d" % index, partition=index % 2, timestamp=base + 1000 * index)
@@ -101,7 +103,7 @@ def timed_topic(new_topic: Callable[..., str]) -> tuple[str, int]:
 
 @pytest.mark.asyncio
 async def test_since_lookups_are_shared_and_kept_for_the_setting(settings: Any, new_topic: Callable[..., str]) -> None:
-    settings.SSE_SINCE_CACHE_S = 1
+    settings.SSE_SINCE_CACHE_S = 3  # seconds: longer than a lookup takes on a loaded machine
     topic, base = await asyncio.to_thread(timed_topic, new_topic)
     metadata = CountingMetadata()
     starts, state = finder(metadata, topic)
@@ -112,7 +114,7 @@ async def test_since_lookups_are_shared_and_kept_for_the_setting(settings: Any, 
     assert metadata.calls == 1  # kept
     assert await starts._offsets_for_time(state, base + 2500) == {0: 2, 1: 1}
     assert metadata.calls == 2  # another time, another lookup
-    await asyncio.sleep(1.1)
+    await asyncio.sleep(3.1)
     await starts._offsets_for_time(state, base + 1500)
     assert metadata.calls == 3  # older than SSE_SINCE_CACHE_S: asked again
 
