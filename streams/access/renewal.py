@@ -54,7 +54,7 @@ def changes(old: Session, new: Session, reads: set[str]) -> list[str]:
     return sorted(value for value in reads if before.get(value) != after.get(value))
 
 
-class Sessions:
+class Renewals:
     """The guarded streams of this process, and the listener that renews them."""
 
     def __init__(self) -> None:

@@ -31,7 +31,7 @@ from django.db import DatabaseError, close_old_connections
 from bindings.changes import CHANGES_GROUP
 from bindings.selectors import RevocationSpec, revocation_specs
 from streams.access.guards import REVOKED_DETAIL, REVOKED_TITLE, REVOKED_TYPE, Session
-from streams.access.renewal import GuardedStream, Sessions
+from streams.access.renewal import GuardedStream, Renewals
 from streams.routes.listen import listen
 from streams.telemetry.delivery_schema import End
 
@@ -58,9 +58,9 @@ def _read() -> tuple[RevocationSpec, ...]:
 class Revocations:
     """The revocations in force in this process, and the tasks that keep them current."""
 
-    def __init__(self, sessions: Sessions) -> None:
-        """`sessions`: the process's guarded streams, ended when a revocation covers them."""
-        self.sessions = sessions
+    def __init__(self, renewals: Renewals) -> None:
+        """`renewals`: the process's guarded streams, ended when a revocation covers them."""
+        self.renewals = renewals
         self.identities: dict[tuple[str, str], float] = {}  # (guard, identity) -> until, epoch seconds
         self.tokens: dict[tuple[str, str], float] = {}  # (guard, jti) -> until
         self.loaded_at = float("-inf")  # loop time the last read started
@@ -141,7 +141,7 @@ class Revocations:
     def sweep(self) -> None:
         """End every guarded stream a revocation in force covers; its client gets `event:revoked`, and its
         reconnect the 401 of a revoked token."""
-        for stream in list(self.sessions.streams):
+        for stream in list(self.renewals.streams):
             if stream not in self._ended and self.revoked(stream.sessions):
                 self._ended.add(stream)
                 self.closed += 1

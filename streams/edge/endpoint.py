@@ -348,7 +348,7 @@ class Registration:
         if runtime.routes.changed_since(route, stream.path):  # changed while this stream was set up
             stream.end(End.ROUTE_CHANGED)
         if stream.sessions:
-            runtime.sessions.add(stream)
+            runtime.renewals.add(stream)
             if runtime.revocations.revoked(stream.sessions):  # revoked while this stream was set up
                 stream.end(End.REVOKED)
             stream.lease = Lease(route, stream.sessions, challenge=stream.challenge, end=stream.end)
@@ -358,7 +358,7 @@ class Registration:
         stream, runtime, session = self.stream, self.runtime, self.session
         runtime.closed(self.route.name, end)
         runtime.open_streams.remove(stream, self.route)
-        runtime.sessions.remove(stream)
+        runtime.renewals.remove(stream)
         if stream.lease is not None:
             stream.lease.cancel()
         if stream.pump is not None:

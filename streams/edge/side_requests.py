@@ -97,4 +97,4 @@ async def challenge_response(scope: Scope, receive: Receive, send: Send, path: s
     await send({"type": "http.response.start", "status": 204, "headers": list(cors)})
     await send({"type": "http.response.body", "body": b""})
     if token is not None and session is not None:
-        await runtime.sessions.broadcast(token)
+        await runtime.renewals.broadcast(token)

@@ -10,7 +10,7 @@ import pytest
 
 from bindings.selectors import GuardSpec, RouteSpec
 from streams.access.guards import Session
-from streams.access.renewal import Sessions
+from streams.access.renewal import Renewals
 from streams.access.revocations import Revocations
 from streams.telemetry.delivery_schema import End
 from tests.support.jwt_keys import AUDIENCE, ISSUER, public_jwk, token
@@ -35,24 +35,24 @@ class Held:
         self.ended.append(reason)
 
 
-def held(sessions: Sessions, identity: str) -> Held:
+def held(renewals: Renewals, identity: str) -> Held:
     stream = Held(identity, expires_at=time.time() + 20)
-    sessions.streams.add(stream)  # as Sessions.add does, without its listener
+    renewals.streams.add(stream)  # as Renewals.add does, without its listener
     return stream
 
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(10)
 async def test_a_revoked_identity_or_token_renews_nothing() -> None:
-    sessions = Sessions()
-    revocations = Revocations(sessions)
-    sessions.is_revoked = revocations.covers
-    alice, bob, carol = held(sessions, "alice"), held(sessions, "bob"), held(sessions, "carol")
+    renewals = Renewals()
+    revocations = Revocations(renewals)
+    renewals.is_revoked = revocations.covers
+    alice, bob, carol = held(renewals, "alice"), held(renewals, "bob"), held(renewals, "carol")
     revocations.identities[("jwt", "alice")] = time.time() + 60
     revocations.tokens[("jwt", "leaked")] = time.time() + 60
 
     for renewal in (token("alice"), token("bob"), token("carol", jti="leaked"), token("carol", jti="fresh")):
-        await sessions.reauthorize(renewal)
+        await renewals.reauthorize(renewal)
 
     assert alice.renewals == 0, "a revoked identity renewed its stream"
     assert alice.sessions["jwt"].expires_at is not None
@@ -70,7 +70,7 @@ async def test_a_revoked_identity_or_token_renews_nothing() -> None:
 
 
 def test_a_revocation_lapses_at_its_until_without_a_reload() -> None:
-    revocations = Revocations(Sessions())
+    revocations = Revocations(Renewals())
     session = Session(identity="alice", roles=frozenset(), token_id="t-1")
     revocations.identities[("jwt", "alice")] = time.time() + 60
     assert revocations.covers("jwt", session)
