@@ -23,7 +23,7 @@ from django.db import DatabaseError
 from bindings.patterns import is_topic_name
 from bindings.selectors import SLOW_CLIENT_CONFLATE, RouteSpec
 from config.logs import log_access, new_request_id, request_id
-from streams.access.guards import Refusal, Session, authorise
+from streams.access.guards import Grant, Refusal, authorise
 from streams.access.lease import Lease
 from streams.access.renewal import CHALLENGE_EVENT
 from streams.access.revocations import REVOKED_EVENT
@@ -159,7 +159,7 @@ class Stream:
         self.stop: asyncio.Future[End] | None = None
         self.path = ""
         self.route: RouteSpec | None = None
-        self.sessions: dict[str, Session] = {}  # by guard: the tokens that authorised this stream
+        self.grants: dict[str, Grant] = {}  # by guard: the tokens that authorised this stream
         self.pump: Pump | None = None
         self.lease: Lease | None = None  # the expiry and challenge timers of a guarded stream
 
@@ -220,7 +220,7 @@ class Stream:
         matched = authorised.match
         self.route = matched.route
         self.cors = cors_headers(matched.route.endpoint, header(self.scope, b"origin"))
-        self.sessions = dict(authorised.sessions)
+        self.grants = dict(authorised.grants)
         try:
             since_ms = since_param(self.scope)
         except ValueError as exc:
@@ -332,7 +332,7 @@ async def race(
 
 class Registration:
     """A stream's entries in its process while it streams: the open-streams count and list (it is ended when
-    its route changes), the guarded sessions (renewed by challenge responses) and their lease, and its session in
+    its route changes), its grants (renewed by challenge responses) and their lease, and its session in
     the delivery log, from its opening row to its closing row with the totals."""
 
     def __init__(self, stream: Stream, session: SessionRecord) -> None:
@@ -347,11 +347,11 @@ class Registration:
         runtime.open_streams.add(stream, route, stream.path, lambda: stream.end(End.ROUTE_CHANGED))
         if runtime.routes.changed_since(route, stream.path):  # changed while this stream was set up
             stream.end(End.ROUTE_CHANGED)
-        if stream.sessions:
+        if stream.grants:
             runtime.renewals.add(stream)
-            if runtime.revocations.revoked(stream.sessions):  # revoked while this stream was set up
+            if runtime.revocations.revoked(stream.grants):  # revoked while this stream was set up
                 stream.end(End.REVOKED)
-            stream.lease = Lease(route, stream.sessions, challenge=stream.challenge, end=stream.end)
+            stream.lease = Lease(route, stream.grants, challenge=stream.challenge, end=stream.end)
             stream.lease.schedule()
 
     def close(self, end: End) -> None:
