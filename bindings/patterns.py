@@ -91,7 +91,7 @@ def guard_refs(template: str) -> set[str]:
 
 
 def render(template: str, params: Mapping[str, str], guarded: Mapping[str, Mapping[str, str]] | None = None) -> str:
-    """Fill in every `${...}`: params by name; `guarded` maps a guard to its session's values (`identity`,
+    """Fill in every `${...}`: params by name; `guarded` maps a guard to its grant's values (`identity`,
     `attributes.<name>`). Names are checked on save, so a missing one renders empty."""
 
     def value(match: re.Match[str]) -> str:

@@ -57,8 +57,8 @@ FAR_FUTURE_S = 2**53  # an exp past it is as good as never (and a float holds it
 
 
 @dataclass(frozen=True)
-class Session:
-    """What a verified token says: who, with which roles (None: the roles claim is missing), until when."""
+class Grant:
+    """What a guard grants on a verified token: who, with which roles (None: the roles claim is missing), until when."""
 
     identity: str | None
     roles: frozenset[str] | None
@@ -136,7 +136,7 @@ class Verifier:
             raise InvalidToken(f"alg {alg!r} is not the key's ({key.algorithm_name})")
         return key
 
-    async def verify(self, token: str) -> Session:
+    async def verify(self, token: str) -> Grant:
         try:
             jws_header = jwt.get_unverified_header(token)
         except PyJWTError as exc:
@@ -181,7 +181,7 @@ class Verifier:
             value = claim(claims, path)
             if value is not MISSING and value is not None:
                 attributes[name] = _text(value)
-        return Session(
+        return Grant(
             identity=None if identity is MISSING or identity is None else _text(identity),
             roles=roles,
             attributes=attributes,
@@ -312,7 +312,7 @@ class Refusal:
 @dataclass(frozen=True)
 class Authorised:
     match: Match
-    sessions: dict[str, Session]
+    grants: dict[str, Grant]
 
 
 REVOKED_TYPE = "urn:sse-kafka-platform:problem:token-revoked"
@@ -321,13 +321,13 @@ REVOKED_DETAIL = "This token, or its identity, was revoked by an operator: it op
 
 
 async def authorise(
-    candidates: Iterable[Match], scope: Scope, revoked: Callable[[str, Session], bool] | None = None
+    candidates: Iterable[Match], scope: Scope, revoked: Callable[[str, Grant], bool] | None = None
 ) -> Authorised | Refusal:
     """The first candidate whose guards all authorise the request, or why none did (the strongest reason: a 403
-    if some token was valid, else a 401). `revoked(guard, session)` tells a token an operator revoked."""
+    if some token was valid, else a 401). `revoked(guard, grant)` tells a token an operator revoked."""
     refusal: Refusal | None = None
     for match in candidates:
-        sessions: dict[str, Session] = {}
+        grants: dict[str, Grant] = {}
         failed: Refusal | None = None
         for guard, roles in match.route.guarded:
             token = credentials(scope, guard.cookie)
@@ -335,7 +335,7 @@ async def authorise(
                 failed = Refusal(401, "This stream needs a token: send authorization: Bearer <token>.", False)
                 break
             try:
-                session = await verifiers.get(guard).verify(token)
+                grant = await verifiers.get(guard).verify(token)
             except InvalidToken as exc:
                 log.info("route %s, guard %s: token refused: %s", match.route.name, guard.name, exc)
                 failed = Refusal(401, "The token is not valid for this stream (expired, or not ours).", True)
@@ -344,25 +344,25 @@ async def authorise(
                 log.warning("route %s: %s", match.route.name, exc)
                 failed = Refusal(503, "The keys that verify tokens for this stream cannot be read now.", True)
                 break
-            if revoked is not None and revoked(guard.name, session):
+            if revoked is not None and revoked(guard.name, grant):
                 failed = Refusal(401, REVOKED_DETAIL, True, revoked=True)
                 break
-            if session.roles is None or not set(roles) <= session.roles:
+            if grant.roles is None or not set(roles) <= grant.roles:
                 failed = Refusal(403, "The token does not carry the roles this stream needs.", True)
                 break
-            sessions[guard.name] = session
+            grants[guard.name] = grant
         if failed is None:
-            guarded = {name: session.values() for name, session in sessions.items()}
+            guarded = {name: grant.values() for name, grant in grants.items()}
             failed = unfit(match, guarded)
             if failed is None:
-                return Authorised(Match(match.route, match.params, guarded), sessions)
+                return Authorised(Match(match.route, match.params, guarded), grants)
         if refusal is None or failed.strength > refusal.strength:
             refusal = failed
     assert refusal is not None  # noqa: S101  (candidates is never empty)
     return refusal
 
 
-async def accepted_by_any(guards: Iterable[GuardSpec], token: str) -> Session | None:
+async def accepted_by_any(guards: Iterable[GuardSpec], token: str) -> Grant | None:
     """What the first of `guards` that verifies `token` reads from it; None if none does."""
     for guard in guards:
         with contextlib.suppress(Exception):  # refused, or its keys cannot be read now

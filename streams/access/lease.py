@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 
 from bindings.selectors import RouteSpec
-from streams.access.guards import Session
+from streams.access.guards import Grant
 from streams.telemetry.delivery_schema import End
 
 
@@ -20,14 +20,14 @@ class Lease:
     def __init__(
         self,
         route: RouteSpec,
-        sessions: dict[str, Session],
+        grants: dict[str, Grant],
         *,
         challenge: Callable[[], None],
         end: Callable[[End], None],
     ) -> None:
-        """`sessions`: by guard, the tokens that authorised the stream (the stream's own dict, renewed in place)."""
+        """`grants`: by guard, the tokens that authorised the stream (the stream's own dict, renewed in place)."""
         self.route = route
-        self.sessions = sessions
+        self.grants = grants
         self._challenge = challenge
         self._end = end
         self.timer: asyncio.TimerHandle | None = None
@@ -41,7 +41,7 @@ class Lease:
     @property
     def expires_at(self) -> float | None:
         """When the first of the stream's tokens expires (epoch seconds), or None."""
-        times = [session.expires_at for session in self.sessions.values() if session.expires_at is not None]
+        times = [grant.expires_at for grant in self.grants.values() if grant.expires_at is not None]
         return min(times) if times else None
 
     def challenge_at(self, expires_at: float) -> float | None:
@@ -50,7 +50,7 @@ class Lease:
         leads = [
             guard.challenge_s
             for guard, _ in self.route.guarded
-            if guard.challenge_s and (session := self.sessions.get(guard.name)) and session.identity is not None
+            if guard.challenge_s and (grant := self.grants.get(guard.name)) and grant.identity is not None
         ]
         return expires_at - max(leads) if leads else None
 

@@ -23,7 +23,7 @@ from typing import Protocol
 from channels.layers import get_channel_layer
 
 from bindings.selectors import GuardSpec, RouteSpec
-from streams.access.guards import Session, route_guard_values, verifiers
+from streams.access.guards import Grant, route_guard_values, verifiers
 from streams.routes.listen import listen
 from streams.telemetry.delivery_schema import End
 
@@ -41,20 +41,20 @@ CHALLENGE_EVENT = (
 
 class GuardedStream(Protocol):
     route: RouteSpec | None
-    sessions: dict[str, Session]
+    grants: dict[str, Grant]
 
     def reauthorised(self) -> None: ...
 
     def end(self, reason: End) -> None: ...
 
 
-def changes(old: Session, new: Session, reads: set[str]) -> list[str]:
+def changes(old: Grant, new: Grant, reads: set[str]) -> list[str]:
     """Which of the values `reads` (`identity`, `attributes.<name>`) the new token gives otherwise than the old."""
     before, after = old.values(), new.values()
     return sorted(value for value in reads if before.get(value) != after.get(value))
 
 
-class Sessions:
+class Renewals:
     """The guarded streams of this process, and the listener that renews them."""
 
     def __init__(self) -> None:
@@ -64,7 +64,7 @@ class Sessions:
         # Whether the listener has lost the group and not joined it again: a broadcast would not reach this process.
         self._deaf = False
         # Whether an operator revoked a token of a guard (streams/access/revocations.py): such a token renews nothing.
-        self.is_revoked: Callable[[str, Session], bool] = lambda guard, session: False
+        self.is_revoked: Callable[[str, Grant], bool] = lambda guard, grant: False
 
     def add(self, stream: GuardedStream) -> None:
         self.streams.add(stream)
@@ -76,7 +76,7 @@ class Sessions:
 
     async def reauthorize(self, token: str) -> None:
         """Extend every stream this token renews: same identity, the route's roles, a later expiry."""
-        guards: dict[GuardSpec, Session | None] = {}
+        guards: dict[GuardSpec, Grant | None] = {}
         for stream in self.streams:
             for guard, _ in stream.route.guarded if stream.route else ():
                 guards.setdefault(guard, None)
@@ -87,7 +87,7 @@ class Sessions:
             renewed = False
             reads = route_guard_values(stream.route) if stream.route else set()
             for guard, roles in stream.route.guarded if stream.route else ():
-                new, old = guards.get(guard), stream.sessions.get(guard.name)
+                new, old = guards.get(guard), stream.grants.get(guard.name)
                 if new is None or old is None or new.identity is None or new.identity != old.identity:
                     continue
                 if new.roles is None or not set(roles) <= new.roles or self.is_revoked(guard.name, new):
@@ -96,7 +96,7 @@ class Sessions:
                     log.info("a renewal changes %s, which the stream reads: not extended", changed)
                     continue
                 if old.expires_at is not None and (new.expires_at is None or new.expires_at > old.expires_at):
-                    stream.sessions[guard.name] = new
+                    stream.grants[guard.name] = new
                     renewed = True
             if renewed:
                 self.renewed += 1

@@ -30,8 +30,8 @@ from django.db import DatabaseError, close_old_connections
 
 from bindings.changes import CHANGES_GROUP
 from bindings.selectors import RevocationSpec, revocation_specs
-from streams.access.guards import REVOKED_DETAIL, REVOKED_TITLE, REVOKED_TYPE, Session
-from streams.access.renewal import GuardedStream, Sessions
+from streams.access.guards import REVOKED_DETAIL, REVOKED_TITLE, REVOKED_TYPE, Grant
+from streams.access.renewal import GuardedStream, Renewals
 from streams.routes.listen import listen
 from streams.telemetry.delivery_schema import End
 
@@ -58,9 +58,9 @@ def _read() -> tuple[RevocationSpec, ...]:
 class Revocations:
     """The revocations in force in this process, and the tasks that keep them current."""
 
-    def __init__(self, sessions: Sessions) -> None:
-        """`sessions`: the process's guarded streams, ended when a revocation covers them."""
-        self.sessions = sessions
+    def __init__(self, renewals: Renewals) -> None:
+        """`renewals`: the process's guarded streams, ended when a revocation covers them."""
+        self.renewals = renewals
         self.identities: dict[tuple[str, str], float] = {}  # (guard, identity) -> until, epoch seconds
         self.tokens: dict[tuple[str, str], float] = {}  # (guard, jti) -> until
         self.loaded_at = float("-inf")  # loop time the last read started
@@ -73,16 +73,16 @@ class Revocations:
         self._tasks: set[asyncio.Task[None]] = set()
         self._started = False
 
-    def covers(self, guard: str, session: Session) -> bool:
+    def covers(self, guard: str, grant: Grant) -> bool:
         """Whether a revocation in force refuses this token of `guard`."""
         now = time.time()
-        if session.identity is not None and self.identities.get((guard, session.identity), 0.0) > now:
+        if grant.identity is not None and self.identities.get((guard, grant.identity), 0.0) > now:
             return True
-        return session.token_id is not None and self.tokens.get((guard, session.token_id), 0.0) > now
+        return grant.token_id is not None and self.tokens.get((guard, grant.token_id), 0.0) > now
 
-    def revoked(self, sessions: Mapping[str, Session]) -> bool:
+    def revoked(self, grants: Mapping[str, Grant]) -> bool:
         """Whether a revocation refuses any of a stream's tokens (by guard)."""
-        return any(self.covers(guard, session) for guard, session in sessions.items())
+        return any(self.covers(guard, grant) for guard, grant in grants.items())
 
     async def fresh(self) -> None:
         """Before a guarded request is checked: the tasks that keep the set current started, and the set read if
@@ -141,8 +141,8 @@ class Revocations:
     def sweep(self) -> None:
         """End every guarded stream a revocation in force covers; its client gets `event:revoked`, and its
         reconnect the 401 of a revoked token."""
-        for stream in list(self.sessions.streams):
-            if stream not in self._ended and self.revoked(stream.sessions):
+        for stream in list(self.renewals.streams):
+            if stream not in self._ended and self.revoked(stream.grants):
                 self._ended.add(stream)
                 self.closed += 1
                 stream.end(End.REVOKED)

@@ -23,7 +23,7 @@ from django.db import DatabaseError
 from bindings.patterns import is_topic_name
 from bindings.selectors import SLOW_CLIENT_CONFLATE, RouteSpec
 from config.logs import log_access, new_request_id, request_id
-from streams.access.guards import Refusal, Session, authorise
+from streams.access.guards import Grant, Refusal, authorise
 from streams.access.lease import Lease
 from streams.access.renewal import CHALLENGE_EVENT
 from streams.access.revocations import REVOKED_EVENT
@@ -49,10 +49,10 @@ from streams.edge.side_requests import side_request
 from streams.kafka.client import KafkaUnavailableError, ReaderStats, TopicNotFoundError
 from streams.routes.matching import Match
 from streams.server.daphne import FLOW_EXTENSION
-from streams.stream.opening import guarded_identity, open_subscription, session_record
+from streams.stream.opening import guarded_identity, open_subscription, stream_row
 from streams.stream.pump import Pump
 from streams.stream.reader import Source, start_source
-from streams.telemetry.delivery_log import SessionRecord
+from streams.telemetry.delivery_log import StreamRow
 from streams.telemetry.delivery_schema import End
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ class Stream:
         self.stop: asyncio.Future[End] | None = None
         self.path = ""
         self.route: RouteSpec | None = None
-        self.sessions: dict[str, Session] = {}  # by guard: the tokens that authorised this stream
+        self.grants: dict[str, Grant] = {}  # by guard: the tokens that authorised this stream
         self.pump: Pump | None = None
         self.lease: Lease | None = None  # the expiry and challenge timers of a guarded stream
 
@@ -220,7 +220,7 @@ class Stream:
         matched = authorised.match
         self.route = matched.route
         self.cors = cors_headers(matched.route.endpoint, header(self.scope, b"origin"))
-        self.sessions = dict(authorised.sessions)
+        self.grants = dict(authorised.grants)
         try:
             since_ms = since_param(self.scope)
         except ValueError as exc:
@@ -281,7 +281,7 @@ class Stream:
         )  # fmt: skip
         self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump
-        registration = Registration(self, session_record(delivery, self.scope, matched, self.path, opened=opened))
+        registration = Registration(self, stream_row(delivery, self.scope, matched, self.path, opened=opened))
         end = End.SERVER_STOPPING  # unless the race below ends otherwise
         try:
             registration.open()
@@ -332,42 +332,42 @@ async def race(
 
 class Registration:
     """A stream's entries in its process while it streams: the open-streams count and list (it is ended when
-    its route changes), the guarded sessions (renewed by challenge responses) and their lease, and its session in
+    its route changes), its grants (renewed by challenge responses) and their lease, and its row in
     the delivery log, from its opening row to its closing row with the totals."""
 
-    def __init__(self, stream: Stream, session: SessionRecord) -> None:
+    def __init__(self, stream: Stream, row: StreamRow) -> None:
         assert stream.route is not None  # noqa: S101  (registered once it serves)
-        self.stream, self.route, self.session = stream, stream.route, session
+        self.stream, self.route, self.row = stream, stream.route, row
         self.runtime = stream.runtime
 
     def open(self) -> None:
         stream, runtime, route = self.stream, self.runtime, self.route
-        runtime.delivery_log.opened(self.session)
-        runtime.opened(route.name, self.session.start)
+        runtime.delivery_log.opened(self.row)
+        runtime.opened(route.name, self.row.start)
         runtime.open_streams.add(stream, route, stream.path, lambda: stream.end(End.ROUTE_CHANGED))
         if runtime.routes.changed_since(route, stream.path):  # changed while this stream was set up
             stream.end(End.ROUTE_CHANGED)
-        if stream.sessions:
-            runtime.sessions.add(stream)
-            if runtime.revocations.revoked(stream.sessions):  # revoked while this stream was set up
+        if stream.grants:
+            runtime.renewals.add(stream)
+            if runtime.revocations.revoked(stream.grants):  # revoked while this stream was set up
                 stream.end(End.REVOKED)
-            stream.lease = Lease(route, stream.sessions, challenge=stream.challenge, end=stream.end)
+            stream.lease = Lease(route, stream.grants, challenge=stream.challenge, end=stream.end)
             stream.lease.schedule()
 
     def close(self, end: End) -> None:
-        stream, runtime, session = self.stream, self.runtime, self.session
+        stream, runtime, row = self.stream, self.runtime, self.row
         runtime.closed(self.route.name, end)
         runtime.open_streams.remove(stream, self.route)
-        runtime.sessions.remove(stream)
+        runtime.renewals.remove(stream)
         if stream.lease is not None:
             stream.lease.cancel()
         if stream.pump is not None:
             pump = stream.pump
-            session.events, session.bytes, session.replayed = pump.subscription.delivered, pump.written, pump.replayed
-        runtime.delivery_log.closed(session, end)
+            row.events, row.bytes, row.replayed = pump.subscription.delivered, pump.written, pump.replayed
+        runtime.delivery_log.closed(row, end)
         # daphne logs a response when it ends; a stream its client left never does: it gets its own line.
         log_access(
-            method=stream.scope["method"], path=stream.path, status=200, bytes=session.bytes,
-            duration_ms=round((time.time() - session.opened_at) * 1000, 1), route=self.route.name,
-            end=end.value, events=session.events,
+            method=stream.scope["method"], path=stream.path, status=200, bytes=row.bytes,
+            duration_ms=round((time.time() - row.opened_at) * 1000, 1), route=self.route.name,
+            end=end.value, events=row.events,
         )  # fmt: skip

@@ -2,7 +2,7 @@
 
 - `routes`: the route table, rebuilt on announced changes (streams/routes/table.py);
 - `open_streams`: the open streams by route, closed when their route changes;
-- `sessions`: the guarded streams, renewed by challenge responses from any process (streams/access/renewal.py);
+- `renewals`: the guarded streams, renewed by challenge responses from any process (streams/access/renewal.py);
 - `revocations`: the revoked identities and tokens, refused and their streams ended (streams/access/revocations.py);
 - `stats`: the counters the health endpoint reports;
 - `delivery_log`: what the streams delivered and refused, as Parquet for the analytics
@@ -23,7 +23,7 @@ from typing import Any
 
 from django.conf import settings
 
-from streams.access.renewal import Sessions
+from streams.access.renewal import Renewals
 from streams.access.revocations import Revocations
 from streams.edge.limits import RateLimit, StreamLimits
 from streams.edge.memory import Reclaimer
@@ -65,7 +65,7 @@ def delivery_log_from_settings() -> DeliveryLog:
 @dataclass
 class Runtime:
     open_streams: OpenStreams = field(default_factory=OpenStreams)
-    sessions: Sessions = field(default_factory=Sessions)
+    renewals: Renewals = field(default_factory=Renewals)
     stats: StreamStats = field(default_factory=StreamStats)
     delivery_log: DeliveryLog = field(default_factory=delivery_log_from_settings)
     metrics: Metrics = field(default_factory=Metrics)
@@ -78,13 +78,13 @@ class Runtime:
 
     def __post_init__(self) -> None:
         self.routes = RouteTable(self.open_streams)
-        self.revocations = Revocations(self.sessions)
-        self.sessions.is_revoked = self.revocations.covers
+        self.revocations = Revocations(self.renewals)
+        self.renewals.is_revoked = self.revocations.covers
         self.deliveries = DeliverySinks(self.delivery_log, self.metrics)
         self.memory = Reclaimer(lambda: self.stats.open_streams == 0, settings.SSE_MEMORY_TRIM_S)
         metrics = self.metrics
         metrics.hub = current_hub
-        metrics.count(RENEWALS, lambda: self.sessions.renewed)
+        metrics.count(RENEWALS, lambda: self.renewals.renewed)
         metrics.count(ROUTE_RELOADS, lambda: self.routes.reloads)
         metrics.count(LOG_DROPPED, lambda: self.delivery_log.dropped)
         metrics.count(SLOW_CLOSED, lambda: self.stats.closed_slow)
@@ -122,7 +122,7 @@ class Runtime:
             "historical_readers": ReaderStats.historical_readers,
             "route_reloads": self.routes.reloads,
             "closed_on_change": self.open_streams.closed,
-            "renewed_by_challenge": self.sessions.renewed,
+            "renewed_by_challenge": self.renewals.renewed,
             "closed_on_revocation": self.revocations.closed,
             **counts,
             **self.delivery_log.stats(),

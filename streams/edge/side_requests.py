@@ -83,9 +83,9 @@ async def challenge_response(scope: Scope, receive: Receive, send: Send, path: s
             break
     token = credentials(scope)
     # Only a token one of our guards accepts goes to every process: garbage stays here.
-    session = None if token is None else await accepted_by_any(routes.guards(), token)
+    grant = None if token is None else await accepted_by_any(routes.guards(), token)
     client = str((scope.get("client") or ("",))[0])
-    key = f"identity:{session.identity}" if session is not None and session.identity else f"client:{client}"
+    key = f"identity:{grant.identity}" if grant is not None and grant.identity else f"client:{client}"
     wait = runtime.challenges.take(key)
     if wait:
         retry = max(1, math.ceil(wait))
@@ -96,5 +96,5 @@ async def challenge_response(scope: Scope, receive: Receive, send: Send, path: s
         return
     await send({"type": "http.response.start", "status": 204, "headers": list(cors)})
     await send({"type": "http.response.body", "body": b""})
-    if token is not None and session is not None:
-        await runtime.sessions.broadcast(token)
+    if token is not None and grant is not None:
+        await runtime.renewals.broadcast(token)

@@ -5,6 +5,10 @@ opens a cache window per partition on first use and has the fetcher read it from
 streams of a topic when records arrive. Partitions nobody reads are paused at once and dropped, cache and
 all, after `SSE_TOPIC_IDLE_S` (bootstrap topics never are). Its janitor also runs the stall watch
 (streams/hub/watchdog.py), and its topic watch (streams/hub/topic_watch.py) notices topics deleted and partitions added.
+
+The hub assembles its collaborators and hands each what it uses: describing and growing topics
+(streams/hub/descriptions.py), taking in what the fetcher reports (streams/hub/arrivals.py), deleted topics
+(streams/hub/deletions.py), where a stream starts (streams/hub/start_finder.py). None of them imports the hub.
 """
 
 from __future__ import annotations
@@ -13,23 +17,23 @@ import asyncio
 import logging
 import time
 from collections.abc import Hashable, Mapping
-from dataclasses import replace
 
 from django.conf import settings
 
 from config.kafka_settings import KafkaSettings
+from streams.hub.arrivals import Arrivals
 from streams.hub.cache import Cache
 from streams.hub.deletions import Deletions
+from streams.hub.descriptions import Descriptions
 from streams.hub.start_finder import Positions, StartFinder
 from streams.hub.topic_state import Subscriber, TopicState
 from streams.hub.topic_watch import CHECK_S, TopicWatch
 from streams.hub.watchdog import StallWatch
 from streams.kafka.client import Metadata
-from streams.kafka.fetcher import FetchedBatch, Fetcher
+from streams.kafka.fetcher import Fetcher
 
 log = logging.getLogger(__name__)
 
-METADATA_TTL_S = 30.0
 JANITOR_INTERVAL_S = 5.0
 
 
@@ -49,14 +53,19 @@ class Hub:
         self.fan_out = FanOut(loop, coalesce_s)
         self.metadata = Metadata(kafka)
         self.cache = Cache(cache_bytes)
-        self.fetcher = Fetcher(kafka, loop, self._on_batch, on_lows=self._on_lows)
         self.topics: dict[str, TopicState] = {}
+
+        def paused(key: tuple[str, int]) -> bool:  # the fetcher, made just below, is handed the arrivals
+            return self.fetcher.paused(key)
+
+        self.arrivals = Arrivals(self.topics, self.cache, paused=paused, schedule=self.fan_out.schedule)
+        self.fetcher = Fetcher(kafka, loop, self.arrivals.on_batch, on_lows=self.arrivals.on_lows)
         # takes the fetcher's word on lost consumers and unknown topics
         self.deletions = Deletions(self.topics, self.metadata, loop, forget=self.forget, reassign=self.fetcher.reassign)
         self.fetcher.on_restart, self.fetcher.on_errors = self.deletions.restarted, self.deletions.suspect
-        self.watch = TopicWatch(self.topics, self.metadata, grow=self.grow, suspect=self.deletions.suspect)
+        self.descriptions = Descriptions(self.topics, self.metadata, current=self.deletions.current, open=self._open)
+        self.watch = TopicWatch(self.topics, self.metadata, grow=self.descriptions.grow, suspect=self.deletions.suspect)
         self.starts = StartFinder(self.metadata, self.cache, loop)
-        self._describing: dict[str, asyncio.Task[TopicState]] = {}
         self._idle_s, self._bootstrap = idle_s, bootstrap
         self._janitor: asyncio.Task[None] | None = None
         self._watching: asyncio.Task[None] | None = None
@@ -68,7 +77,7 @@ class Hub:
         self._janitor = asyncio.get_running_loop().create_task(self._sweep(), name="hub-janitor")
         self._watching = asyncio.get_running_loop().create_task(self._watch(), name="hub-topic-watch")
         for topic in self._bootstrap:
-            asyncio.get_running_loop().create_task(self._warm(topic), name=f"hub-bootstrap:{topic}")
+            asyncio.get_running_loop().create_task(self.descriptions.warm(topic), name=f"hub-bootstrap:{topic}")
 
     async def stop(self) -> None:
         """Stop the janitor and the fetcher thread (a server process simply exits; tests run several hubs)."""
@@ -78,59 +87,11 @@ class Hub:
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.to_thread(self.fetcher.stop)
 
-    async def _warm(self, topic: str) -> None:
-        try:
-            state = await self.topic(topic)
-            marks = await self.metadata.watermarks(topic, state.info.partitions)
-        except Exception:
-            log.exception("bootstrap topic %s could not be fetched", topic)
-            return
-        state.bootstrap = True
-        state.low.update({p: m.low for p, m in marks.items()})
-        self._open(state, {p: m.low for p, m in marks.items()})
-
     # --- topics -----------------------------------------------------------------------------------------
 
     async def topic(self, name: str) -> TopicState:
-        """The topic's state, described once for any number of concurrent callers; raises like Metadata."""
-        state = self.topics.get(name)
-        if state is not None and time.monotonic() - state.described_at < METADATA_TTL_S:
-            return state
-        task = self._describing.get(name)
-        if task is None:
-            task = self._describing[name] = asyncio.get_running_loop().create_task(self._describe(name))
-            task.add_done_callback(lambda _: self._describing.pop(name, None))
-        return await asyncio.shield(task)
-
-    async def _describe(self, name: str) -> TopicState:
-        info = await self.metadata.describe(name)
-        state = self.deletions.current(name, info)  # None also when the name now names another topic
-        if state is None:
-            state = self.topics[name] = TopicState(name, info, time.monotonic())
-        else:
-            await self.grow(state, info.partitions)  # its streams must read the partitions added, too
-            state.info, state.described_at = replace(info, partitions=state.info.partitions), time.monotonic()
-        return state
-
-    async def grow(self, state: TopicState, partitions: list[int]) -> None:
-        """The topic has `partitions` now: those added since it was described are read by every stream of the
-        topic from their first offset (all of their records are newer than the streams), and new streams list
-        them. Raises like Metadata, before changing anything."""
-        added = set(partitions) - set(state.info.partitions)
-        if not added:
-            return
-        marks = await self.metadata.watermarks(state.name, sorted(added))
-        added -= set(state.info.partitions)  # another call may have grown it meanwhile
-        if not added or self.topics.get(state.name) is not state:
-            return
-        firsts = {p: marks[p].low for p in sorted(added)}
-        log.info("topic %s has %d partitions more: %s", state.name, len(added), sorted(added))
-        state.low.update(firsts)
-        state.info = replace(state.info, partitions=sorted({*state.info.partitions, *added}))
-        if state.subscribers or state.bootstrap:
-            self._open(state, firsts)
-        for subscriber in list(state.subscribers):
-            subscriber.grow(firsts)
+        """The topic's state, described once for any number of concurrent callers (streams/hub/descriptions.py)."""
+        return await self.descriptions.topic(name)
 
     async def positions(
         self, state: TopicState, *, resumed: Mapping[int, int] | None, start: str, since_ms: int | None
@@ -172,22 +133,6 @@ class Hub:
             # move unseen, so the next stream asks Kafka where they are rather than the cache.
             state.at_end.difference_update(state.info.partitions)
 
-    def _on_batch(self, batch: FetchedBatch) -> None:
-        touched: set[str] = set()
-        for (topic, partition), records in batch.records.items():
-            self.cache.append(topic, partition, records)
-            state = self.topics.get(topic)
-            if state is not None:
-                state.at_end.discard(partition)
-                touched.add(topic)
-        for topic, partition in batch.eof:
-            state = self.topics.get(topic)
-            if state is not None and not self.fetcher.paused((topic, partition)):  # polled before its pause
-                state.at_end.add(partition)
-                touched.add(topic)
-        for topic in touched:
-            self.fan_out.schedule(self.topics[topic])
-
     async def _watch(self) -> None:
         while True:
             await asyncio.sleep(CHECK_S)
@@ -195,15 +140,6 @@ class Hub:
                 await self.watch.check()
             except Exception:
                 log.warning("the topic watch could not describe the topics", exc_info=True)
-
-    def _on_lows(self, lows: dict[tuple[str, int], int]) -> None:
-        """Kafka's start of the partitions being fetched, from the fetch responses: records deleted or past
-        retention move it while the cache window may still hold them. New streams start there and resumes below
-        it get a reset, as when the start comes from a lookup (streams/hub/start_finder.py)."""
-        for (topic, partition), low in lows.items():
-            state = self.topics.get(topic)
-            if state is not None and low > state.low.get(partition, low):
-                state.low[partition] = low
 
     async def _sweep(self) -> None:
         while True:

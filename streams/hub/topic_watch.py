@@ -7,8 +7,9 @@ here (or is a bootstrap topic), all of them in one request, and hands on what it
 
 - a topic that no longer exists, or exists under another topic id (deleted and created again): to the deletion
   check (streams/hub/deletions.py), which describes it once more and drops it, ending its streams;
-- partitions added (`kafka-topics --alter --partitions`, `AdminClient.create_partitions`): to the hub's `grow`,
-  which has every stream of the topic read them from their start and name them in its ids (docs/contract.md §4).
+- partitions added (`kafka-topics --alter --partitions`, `AdminClient.create_partitions`): to `Descriptions.grow`
+  (streams/hub/descriptions.py), which has every stream of the topic read them from their start and name them
+  in its ids (docs/contract.md §4).
 
 A topic nobody streams costs nothing; the rest cost one request per process per check, whatever their number.
 """
@@ -27,7 +28,7 @@ CHECK_S = 2.0  # how often the topics with streams are described: a deletion or 
 
 
 class TopicWatch:
-    """Handed the hub's topics, the metadata client, and where to hand what it finds: `grow` (the hub's) for
+    """Handed the hub's topics, the metadata client, and where to hand what it finds: `grow` (the descriptions') for
     added partitions, `suspect` (the deletion check's) for topics gone or replaced."""
 
     def __init__(

@@ -50,7 +50,7 @@ def _value_equals(value: Any, path: tuple[str, ...], expected: str) -> bool:
 def compile_filters(
     specs: Sequence[FilterSpec], params: dict[str, str], guarded: dict[str, dict[str, str]] | None = None
 ) -> tuple[CompiledFilter, ...]:
-    """The filters with their templates filled in from the request's params and its guards' sessions."""
+    """The filters with their templates filled in from the request's params and what its guards granted."""
     return tuple(
         CompiledFilter(
             key=None if spec.key is None else render(spec.key, params, guarded).encode(),

@@ -15,7 +15,7 @@ from streams.hub.topic_state import TopicState
 from streams.routes.filters import compile_filters
 from streams.routes.matching import Match
 from streams.telemetry.counters import StreamStats
-from streams.telemetry.delivery_log import DeliveryLog, SessionRecord, user_agent_family
+from streams.telemetry.delivery_log import DeliveryLog, StreamRow, user_agent_family
 from streams.telemetry.delivery_schema import Start
 
 log = logging.getLogger(__name__)
@@ -68,11 +68,11 @@ async def open_subscription(
     return Opened(subscription, positions.starts, subscription.preamble(resets), start, len(resets))
 
 
-def session_record(delivery: DeliveryLog, scope: Scope, matched: Match, path: str, *, opened: Opened) -> SessionRecord:
-    """The delivery log's record of a stream: identities and addresses only as keyed hashes."""
+def stream_row(delivery: DeliveryLog, scope: Scope, matched: Match, path: str, *, opened: Opened) -> StreamRow:
+    """The delivery log's row of a stream: identities and addresses only as keyed hashes."""
     identity = guarded_identity(matched)
     client = scope.get("client") or ("", 0)
-    return SessionRecord(
+    return StreamRow(
         route=matched.route.name,
         endpoint=matched.route.endpoint.name,
         topic=matched.topic,

@@ -1,7 +1,7 @@
 """The delivery log: what this process delivered, to whom, and whom it refused, as Parquet files for Spark.
 
 Three tables (format: streams/telemetry/delivery_schema.py, docs/delivery-log.md):
-- a *session* row when a stream opens and another when it closes, with its totals;
+- in the *sessions* table, a row when a stream opens and another when it closes, with its totals (`StreamRow`);
 - per route, topic, partition and second, a *delivery* row: events, bytes, writes and the latency histogram;
 - per route, status, reason and second, a *refusal* row.
 
@@ -94,8 +94,9 @@ def user_agent_family(user_agent: str) -> str:
 
 
 @dataclass
-class SessionRecord:
-    """One stream, as its session rows describe it; the stream fills in the totals before it closes."""
+class StreamRow:
+    """One stream, as its two rows of the `sessions` table describe it (opened, closed); the stream fills in the
+    totals before it closes. `stream_id` is stored as the `session` column."""
 
     route: str
     endpoint: str
@@ -106,7 +107,7 @@ class SessionRecord:
     user_agent: str
     start: Start
     opened_at: float = field(default_factory=time.time)
-    session: str = field(default_factory=lambda: uuid.uuid4().hex)
+    stream_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     events: int = 0
     bytes: int = 0
     replayed: int = 0
@@ -142,11 +143,11 @@ class DeliveryLog:
 
     # --- the event loop's side -------------------------------------------------------------------------
 
-    def opened(self, session: SessionRecord) -> None:
-        self._session_row(session, Event.OPENED, None, session.opened_at)
+    def opened(self, stream: StreamRow) -> None:
+        self._session_row(stream, Event.OPENED, None, stream.opened_at)
 
-    def closed(self, session: SessionRecord, end: End) -> None:
-        self._session_row(session, Event.CLOSED, end, time.time())
+    def closed(self, stream: StreamRow, end: End) -> None:
+        self._session_row(stream, Event.CLOSED, end, time.time())
 
     def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1) -> None:
         """A write of `batch` to `clients` clients at once (a fan-out group writes the same bytes to each)."""
@@ -185,10 +186,10 @@ class DeliveryLog:
             self.refusals[key] += 1
         self._start()
 
-    def _session_row(self, session: SessionRecord, event: Event, end: End | None, at: float) -> None:
+    def _session_row(self, stream: StreamRow, event: Event, end: End | None, at: float) -> None:
         if self.directory is None:
             return
-        row = session_row(session, event, end, at)
+        row = session_row(stream, event, end, at)
         with self.lock:
             if self._full():
                 self.dropped += 1
@@ -261,27 +262,27 @@ class DeliveryLog:
         }
 
 
-def session_row(session: SessionRecord, event: Event, end: End | None, at: float) -> dict[str, Any]:
+def session_row(stream: StreamRow, event: Event, end: End | None, at: float) -> dict[str, Any]:
     """A sessions-table row (without the columns every row has); the totals only on the closing row."""
     closing = end is not None
     return {
-        "session": session.session,
+        "session": stream.stream_id,
         "event": event.value,
         "at": _ms(at),
-        "opened_at": _ms(session.opened_at),
-        "route": session.route,
-        "endpoint": session.endpoint,
-        "topic": session.topic,
-        "path": session.path,
-        "identity": session.identity,
-        "client": session.client,
-        "user_agent": session.user_agent,
-        "start": session.start.value,
+        "opened_at": _ms(stream.opened_at),
+        "route": stream.route,
+        "endpoint": stream.endpoint,
+        "topic": stream.topic,
+        "path": stream.path,
+        "identity": stream.identity,
+        "client": stream.client,
+        "user_agent": stream.user_agent,
+        "start": stream.start.value,
         "end": None if end is None else end.value,
-        "events": session.events if closing else 0,
-        "bytes": session.bytes if closing else 0,
-        "replayed": session.replayed if closing else 0,
-        "resets": session.resets,
+        "events": stream.events if closing else 0,
+        "bytes": stream.bytes if closing else 0,
+        "replayed": stream.replayed if closing else 0,
+        "resets": stream.resets,
     }
 
 

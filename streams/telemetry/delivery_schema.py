@@ -48,7 +48,7 @@ class End(enum.StrEnum):
 
 
 class Event(enum.StrEnum):
-    """A session row marks a stream's opening or its closing; the closing row carries the totals."""
+    """A row of the `sessions` table marks a stream's opening or its closing; the closing row carries the totals."""
 
     OPENED = "opened"
     CLOSED = "closed"

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from bindings.selectors import GuardSpec
 from bindings.services import do_put_guard, do_put_route
-from streams.access.guards import InvalidToken, Session, Verifier, credentials
+from streams.access.guards import Grant, InvalidToken, Verifier, credentials
 from tests.conftest import unique
 from tests.support.fuzz import PURE, REQUESTS, Endpoint, assert_not_a_server_error, endpoint
 from tests.support.jwt_keys import AUDIENCE, ISSUER, guard_fields, private_key, public_jwk
@@ -77,7 +77,7 @@ garbage_tokens = st.one_of(
 )
 
 
-def verify(token: str) -> Session:
+def verify(token: str) -> Grant:
     return asyncio.run(Verifier(SPEC).verify(token))
 
 
@@ -110,14 +110,14 @@ def payload(claims: dict[str, str]) -> bytes:
 @example(claims={"scope": nested(980)})  # nested near the parser's recursion limit
 def test_a_signed_token_with_any_claims_verifies_or_is_invalid(claims: dict[str, str]) -> None:
     try:
-        session = verify(signed(payload(claims)))
+        grant = verify(signed(payload(claims)))
     except InvalidToken:
         return
-    texts = [session.identity or "", *(session.roles or ()), *session.attributes.values()]
+    texts = [grant.identity or "", *(grant.roles or ()), *grant.attributes.values()]
     for text in texts:
         text.encode("utf-8")  # what templates and the delivery log write
-    if session.expires_at is not None:
-        assert math.isfinite(session.expires_at)
+    if grant.expires_at is not None:
+        assert math.isfinite(grant.expires_at)
 
 
 scopes = st.fixed_dictionaries(

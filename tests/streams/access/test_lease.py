@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from streams.access.guards import Session
+from streams.access.guards import Grant
 from streams.access.lease import Lease
 from streams.telemetry.delivery_schema import End
 
@@ -18,15 +18,15 @@ def route(challenge_s: int = 0) -> SimpleNamespace:
     return SimpleNamespace(guarded=[(SimpleNamespace(name="jwt", challenge_s=challenge_s), None)])
 
 
-def token(expires_in: float | None, identity: str | None = "alice") -> Session:
+def token(expires_in: float | None, identity: str | None = "alice") -> Grant:
     expires_at = None if expires_in is None else time.time() + expires_in
-    return Session(identity=identity, roles=frozenset(), expires_at=expires_at)
+    return Grant(identity=identity, roles=frozenset(), expires_at=expires_at)
 
 
-def lease(route: SimpleNamespace, sessions: dict[str, Session]) -> tuple[Lease, list[str], list[End]]:
+def lease(route: SimpleNamespace, grants: dict[str, Grant]) -> tuple[Lease, list[str], list[End]]:
     challenges: list[str] = []
     ends: list[End] = []
-    found = Lease(route, sessions, challenge=lambda: challenges.append("challenge"), end=ends.append)  # type: ignore[arg-type]
+    found = Lease(route, grants, challenge=lambda: challenges.append("challenge"), end=ends.append)  # type: ignore[arg-type]
     return found, challenges, ends
 
 
@@ -47,13 +47,13 @@ async def test_the_stream_ends_when_its_token_expires() -> None:
 
 @pytest.mark.asyncio
 async def test_the_client_is_challenged_before_expiry_and_a_renewed_token_goes_on() -> None:
-    sessions = {"jwt": token(10.05)}
-    found, challenges, ends = lease(route(challenge_s=10), sessions)
+    grants = {"jwt": token(10.05)}
+    found, challenges, ends = lease(route(challenge_s=10), grants)
     found.schedule()
     await asyncio.sleep(0.2)
     assert (challenges, ends) == (["challenge"], [])
 
-    sessions["jwt"] = token(60)  # the challenge response renews the token in place
+    grants["jwt"] = token(60)  # the challenge response renews the token in place
     found.expire()  # an expiry timer that fires after the renewal re-arms instead of ending
     assert ends == []
     assert found.timer is not None

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from bindings.selectors import GuardSpec, RouteSpec
-from streams.access.guards import Session
-from streams.access.renewal import Sessions
+from streams.access.guards import Grant
+from streams.access.renewal import Renewals
 from streams.access.revocations import Revocations
 from streams.telemetry.delivery_schema import End
 from tests.support.jwt_keys import AUDIENCE, ISSUER, public_jwk, token
@@ -24,7 +24,7 @@ class Held:
 
     def __init__(self, identity: str, expires_at: float) -> None:
         self.route: RouteSpec | None = ROUTE
-        self.sessions = {"jwt": Session(identity=identity, roles=frozenset({"read"}), expires_at=expires_at)}
+        self.grants = {"jwt": Grant(identity=identity, roles=frozenset({"read"}), expires_at=expires_at)}
         self.renewals = 0
         self.ended: list[End] = []
 
@@ -35,33 +35,33 @@ class Held:
         self.ended.append(reason)
 
 
-def held(sessions: Sessions, identity: str) -> Held:
+def held(renewals: Renewals, identity: str) -> Held:
     stream = Held(identity, expires_at=time.time() + 20)
-    sessions.streams.add(stream)  # as Sessions.add does, without its listener
+    renewals.streams.add(stream)  # as Renewals.add does, without its listener
     return stream
 
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(10)
 async def test_a_revoked_identity_or_token_renews_nothing() -> None:
-    sessions = Sessions()
-    revocations = Revocations(sessions)
-    sessions.is_revoked = revocations.covers
-    alice, bob, carol = held(sessions, "alice"), held(sessions, "bob"), held(sessions, "carol")
+    renewals = Renewals()
+    revocations = Revocations(renewals)
+    renewals.is_revoked = revocations.covers
+    alice, bob, carol = held(renewals, "alice"), held(renewals, "bob"), held(renewals, "carol")
     revocations.identities[("jwt", "alice")] = time.time() + 60
     revocations.tokens[("jwt", "leaked")] = time.time() + 60
 
     for renewal in (token("alice"), token("bob"), token("carol", jti="leaked"), token("carol", jti="fresh")):
-        await sessions.reauthorize(renewal)
+        await renewals.reauthorize(renewal)
 
     assert alice.renewals == 0, "a revoked identity renewed its stream"
-    assert alice.sessions["jwt"].expires_at is not None
-    assert alice.sessions["jwt"].expires_at < time.time() + 60
+    assert alice.grants["jwt"].expires_at is not None
+    assert alice.grants["jwt"].expires_at < time.time() + 60
     assert bob.renewals == 1
-    assert bob.sessions["jwt"].expires_at is not None
-    assert bob.sessions["jwt"].expires_at > time.time() + 3000
+    assert bob.grants["jwt"].expires_at is not None
+    assert bob.grants["jwt"].expires_at > time.time() + 3000
     assert carol.renewals == 1, "the revoked token renewed nothing; the fresh one renewed"
-    assert carol.sessions["jwt"].token_id == "fresh"
+    assert carol.grants["jwt"].token_id == "fresh"
 
     revocations.sweep()  # as after a read of the revocations: the revoked identity's stream ends, once
     revocations.sweep()
@@ -70,13 +70,13 @@ async def test_a_revoked_identity_or_token_renews_nothing() -> None:
 
 
 def test_a_revocation_lapses_at_its_until_without_a_reload() -> None:
-    revocations = Revocations(Sessions())
-    session = Session(identity="alice", roles=frozenset(), token_id="t-1")
+    revocations = Revocations(Renewals())
+    grant = Grant(identity="alice", roles=frozenset(), token_id="t-1")
     revocations.identities[("jwt", "alice")] = time.time() + 60
-    assert revocations.covers("jwt", session)
-    assert not revocations.covers("other-guard", session), "a revocation is of one guard's tokens"
+    assert revocations.covers("jwt", grant)
+    assert not revocations.covers("other-guard", grant), "a revocation is of one guard's tokens"
     revocations.identities[("jwt", "alice")] = time.time() - 0.001
-    assert not revocations.covers("jwt", session)
+    assert not revocations.covers("jwt", grant)
     revocations.tokens[("jwt", "t-1")] = time.time() + 60
-    assert revocations.revoked({"jwt": session})
-    assert not revocations.revoked({"jwt": Session(identity="alice", roles=frozenset(), token_id="t-2")})
+    assert revocations.revoked({"jwt": grant})
+    assert not revocations.revoked({"jwt": Grant(identity="alice", roles=frozenset(), token_id="t-2")})

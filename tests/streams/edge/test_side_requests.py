@@ -31,7 +31,7 @@ class Runtime:
 
         self.routes = SimpleNamespace(match=match, guards=list)
         self.challenges = SimpleNamespace(take=lambda key: wait)
-        self.sessions = SimpleNamespace(broadcast=broadcast)
+        self.renewals = SimpleNamespace(broadcast=broadcast)
 
     def refused(self, route: str, status: int, reason: str) -> None:
         self.refusals.append((route, status, reason))

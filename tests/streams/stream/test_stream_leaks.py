@@ -70,7 +70,7 @@ def test_it_forgets_every_client_identity_and_stream_once_they_close(
     assert dict(runtime.limits.by_client) == {}
     assert dict(runtime.limits.by_identity) == {}
     assert runtime.open_streams.by_route == {}
-    assert runtime.sessions.streams == set()
+    assert runtime.renewals.streams == set()
 
     async def hub_state() -> tuple[dict[str, int], int]:
         hub = current_hub()

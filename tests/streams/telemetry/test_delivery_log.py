@@ -13,7 +13,7 @@ import pytest
 
 from streams.kafka.client import Record
 from streams.stream.pump import Phase
-from streams.telemetry.delivery_log import DeliveryLog, SessionRecord, user_agent_family
+from streams.telemetry.delivery_log import DeliveryLog, StreamRow, user_agent_family
 from streams.telemetry.delivery_schema import BOUNDS, BUCKETS, DELIVERIES, REFUSALS, SESSIONS, End, Start, bucket
 from tests.conftest import wait_until
 from tests.e2e.test_zilla_scenarios import Produce
@@ -32,12 +32,12 @@ def record(partition: int, offset: int, age_ms: int = 5) -> Record:
     return Record(partition, offset, None, b"{}", (), timestamp_ms=int(time.time() * 1000) - age_ms)
 
 
-def session(**fields: Any) -> SessionRecord:
+def stream_row(**fields: Any) -> StreamRow:
     defaults: dict[str, Any] = {
         "route": "items", "endpoint": "default", "topic": "items", "path": "/items", "identity": None,
         "client": "c", "user_agent": "chrome", "start": Start.FRESH,
     }  # fmt: skip
-    return SessionRecord(**{**defaults, **fields})
+    return StreamRow(**{**defaults, **fields})
 
 
 def test_buckets_are_ordered_and_each_is_at_most_19_percent_wide() -> None:
@@ -54,7 +54,7 @@ def test_buckets_are_ordered_and_each_is_at_most_19_percent_wide() -> None:
 
 def test_a_flush_writes_each_table_as_parquet_renamed_when_complete(tmp_path: Path) -> None:
     log = DeliveryLog(tmp_path, salt=b"s", node="n1")
-    opened = session(identity=log.keyed_hash("alice"), start=Start.RESUMED)
+    opened = stream_row(identity=log.keyed_hash("alice"), start=Start.RESUMED)
     log.opened(opened)
     log.delivered("items", "items", [(record(0, 1), 100), (record(0, 2), 120), (record(1, 7, age_ms=300), 90)])
     log.delivered("items", "items", [(record(0, 3), 110)], clients=4)  # a fan-out group of four
@@ -72,7 +72,7 @@ def test_a_flush_writes_each_table_as_parquet_renamed_when_complete(tmp_path: Pa
         ("opened", None, 0, 0),
         ("closed", "client_gone", 3, 310),
     ]
-    assert {row["session"] for row in sessions} == {opened.session}
+    assert {row["session"] for row in sessions} == {opened.stream_id}
     assert sessions[0]["identity"] == log.keyed_hash("alice") != "alice"
     assert (sessions[0]["schema_version"], sessions[0]["node"], sessions[0]["start"]) == (1, "n1", "resumed")
 
@@ -94,7 +94,7 @@ def test_a_full_buffer_drops_rows_and_counts_them(tmp_path: Path) -> None:
     log.refused("b", 404, "no_route")
     log.refused("a", 404, "no_route")  # an existing row still counts
     log.refused("c", 404, "no_route")  # a third row does not fit
-    log.opened(session())
+    log.opened(stream_row())
     assert log.dropped == 2
     log.close()
     assert {row["route"]: row["count"] for row in rows(tmp_path, REFUSALS)} == {"a": 2, "b": 1}
@@ -103,7 +103,7 @@ def test_a_full_buffer_drops_rows_and_counts_them(tmp_path: Path) -> None:
 
 def test_rows_of_two_hours_go_to_two_hour_partitions(tmp_path: Path) -> None:
     log = DeliveryLog(tmp_path, salt=b"s")
-    late = session(opened_at=time.mktime((2026, 11, 22, 9, 59, 0, 0, 0, 0)) - time.timezone)
+    late = stream_row(opened_at=time.mktime((2026, 11, 22, 9, 59, 0, 0, 0, 0)) - time.timezone)
     log.opened(late)
     log.closed(late, End.SLOW_CLIENT)
     log.close()
@@ -124,7 +124,7 @@ def test_an_unwritable_directory_loses_rows_counted_and_streams_go_on(tmp_path: 
 
 def test_logging_off_writes_nothing(tmp_path: Path) -> None:
     log = DeliveryLog(None, salt=b"s")
-    log.opened(session())
+    log.opened(stream_row())
     log.delivered("r", "t", [(record(0, 1), 10)])
     log.refused("r", 404, "no_route")
     assert log.flush() == 0
