@@ -2,6 +2,9 @@
 to the client in one chunk, with flow control, the route's slow-client policy and keep-alives
 (docs/data-plane.md). The hub writes to a parked pump's client directly, sharing one encoding among pumps in
 the same position.
+
+Every write, whoever makes it (the pump's task, the hub, the keep-alive), goes out through the stream's one
+`Output`, which stamps and counts it: the keep-alive's clock and the delivery log's byte count see them all.
 """
 
 from __future__ import annotations
@@ -85,12 +88,41 @@ class SlowClientPolicy:
         return Drained.BEHIND if behind else Drained.WRITABLE
 
 
+class Output:
+    """The client's end of a stream, and the one place that writes to it: every write (the task's, the hub's
+    direct and shared ones, a keep-alive) goes out here, stamped with its time and counted in bytes. It goes
+    through the connection's `Flow` when the server hands one over (written at once), else through ASGI `send`."""
+
+    def __init__(self, send: Send, flow: Flow | None, loop: asyncio.AbstractEventLoop) -> None:
+        self.send, self.flow, self.loop = send, flow, loop
+        self.last_write = loop.time()
+        self.written = 0  # bytes
+
+    def write_now(self, data: bytes) -> None:
+        """Write through the flow, here and now (the hub's writes and the keep-alive's, which never wait)."""
+        assert self.flow is not None  # noqa: S101  (only a connection with a flow is written to directly)
+        self.flow.write(data)
+        self._stamp(data)
+
+    async def write(self, data: bytes) -> None:
+        """The pump's task's write."""
+        if self.flow is not None:
+            self.write_now(data)
+            return
+        await self.send({"type": "http.response.body", "body": data, "more_body": True})
+        self._stamp(data)
+
+    def _stamp(self, data: bytes) -> None:
+        self.last_write = self.loop.time()
+        self.written += len(data)
+
+
 class SharedWrites:
     """The hub's side of a pump (its `Subscriber` hooks): while the pump is parked and its connection has room,
     the fan-out writes to it here and now, one encoding shared by every pump in the same position, and counts
     what a write delivered once for the whole group. Pump below holds the state these read."""
 
-    flow: Flow | None
+    out: Output
     phase: Phase
     state: TopicState
     injected: bytes
@@ -99,8 +131,6 @@ class SharedWrites:
     reader: StreamReader
     waiter: asyncio.Event
     loop: asyncio.AbstractEventLoop
-    last_write: float
-    written: int
     log: DeliverySink | None
     shared_delivered: int  # what the last direct write delivered and shared with the group
     shared_pending: bool
@@ -113,7 +143,7 @@ class SharedWrites:
     def _direct(self) -> Flow | None:
         """The connection, when the hub may write to it here and now: the pump is parked, the connection has
         room, and no event of the stream's own waits to go first."""
-        flow = self.flow
+        flow = self.out.flow
         if self.phase is not Phase.PARKED or flow is None or flow.paused or flow.closed or self.injected:
             return None
         return flow
@@ -135,9 +165,7 @@ class SharedWrites:
         before = self.subscription.delivered
         data = self._read_cache()
         if data:
-            flow.write(data)
-            self.last_write = self.loop.time()
-            self.written += len(data)
+            self.out.write_now(data)
         self.shared_pending = self.reader.pending()
         if self.shared_pending or flow.paused:
             self.waiter.set()
@@ -146,13 +174,12 @@ class SharedWrites:
 
     def adopt(self, leader: Pump, data: bytes) -> None:
         """Write what `leader`, whose share key equals this one's, just wrote, and take its position."""
-        assert self.flow is not None  # noqa: S101  (share_key is None without a flow)
+        flow = self.out.flow
+        assert flow is not None  # noqa: S101  (share_key is None without a flow)
         self.reader.take_position(leader.reader, leader.shared_delivered)
         if data:
-            self.flow.write(data)
-            self.last_write = leader.last_write
-            self.written += len(data)
-        if leader.shared_pending or self.flow.paused:
+            self.out.write_now(data)
+        if leader.shared_pending or flow.paused:
             self.waiter.set()
 
     def account(self, clients: int) -> None:
@@ -195,19 +222,23 @@ class Pump(SharedWrites):
         self.reader = StreamReader(hub.cache, hub.kafka, state, subscription, starts)
         self.label = label  # the route, for logs and the delivery log
         self.log = log if log is not None and log.enabled else None
-        self.written = self.replayed = 0  # bytes written; events read from before the cache window
-        self.send, self.flow = send, flow
+        self.replayed = 0  # events read from before the cache window
         self.policy = SlowClientPolicy(conflate=conflate, stats=stats or StreamStats())
         self.behind = False  # conflating: the connection was full, so the next read conflates what is pending
         self.phase = Phase.WORKING
         self.waiter = asyncio.Event()
         self.loop = asyncio.get_running_loop()
+        self.out = Output(send, flow, self.loop)
         self.shared_delivered, self.shared_pending = 0, False
         self.keepalive_due = False  # the keep-alive timer asks the task to send one with its next write
-        self.last_write = self.loop.time()
         self.keepalive: KeepAlive | None = None
         self.injected = b""
         self.state = self.reader.state = hub.attach(state, starts, self)
+
+    @property
+    def written(self) -> int:
+        """Bytes written to the client."""
+        return self.out.written
 
     def inject(self, data: bytes) -> None:
         """Send `data` (an event of the stream's own, such as a challenge) with the next write."""
@@ -215,8 +246,10 @@ class Pump(SharedWrites):
         self.waiter.set()
 
     def stop(self) -> None:
-        """Nothing more goes out, not even from the hub's direct writes."""
+        """Nothing more goes out, not even from the hub's direct writes or a keep-alive."""
         self.phase = Phase.STOPPED
+        if self.keepalive is not None:
+            self.keepalive.cancel()
 
     def gone(self) -> None:
         """The topic was deleted: nothing more goes out, and the stream ends."""
@@ -234,33 +267,22 @@ class Pump(SharedWrites):
 
     async def close(self) -> None:
         self.stop()
-        if self.keepalive is not None:
-            self.keepalive.cancel()
         self.hub.detach(self.state, self)
         await self.reader.close_history()
 
     def receiving(self) -> bool:
         """The client takes what is written: the stream goes on and its connection is not full."""
-        flow = self.flow
+        flow = self.out.flow
         return self.phase is not Phase.STOPPED and (flow is None or not (flow.paused or flow.closed))
-
-    async def write(self, data: bytes) -> None:
-        if self.phase is Phase.STOPPED:
-            return
-        if self.flow is not None:
-            self.flow.write(data)
-        else:
-            await self.send({"type": "http.response.body", "body": data, "more_body": True})
-        self.last_write = self.loop.time()
-        self.written += len(data)
 
     async def run(self, keepalive: int) -> None:
         if keepalive:
-            self.keepalive = KeepAlive(self, keepalive)
+            self.keepalive = KeepAlive(self.out, keepalive, self._idle)
+        flow = self.out.flow
         while True:
             self.waiter.clear()
-            if self.flow is not None and self.flow.paused:
-                drained = await self.policy.wait(self.flow, self.reader)
+            if flow is not None and flow.paused:
+                drained = await self.policy.wait(flow, self.reader)
                 if drained is Drained.CLOSED:
                     return
                 self.behind = drained is Drained.BEHIND
@@ -275,9 +297,10 @@ class Pump(SharedWrites):
                 data = sse.KEEPALIVE
             self.keepalive_due = False
             if data:
-                await self.write(data)
+                if self.phase is not Phase.STOPPED:
+                    await self.out.write(data)
                 self.account(1)
-            if self.reader.busy() or (self.flow and self.flow.paused):
+            if self.reader.busy() or (flow and flow.paused):
                 await asyncio.sleep(0)
                 continue
             await self._park()
@@ -293,28 +316,32 @@ class Pump(SharedWrites):
             if self.phase is Phase.PARKED:
                 self.phase = Phase.WORKING
 
+    def _idle(self) -> None:
+        """Nothing was written for the keep-alive's interval. A parked pump's open connection gets the comment at
+        once; a busy pump is asked to send it with its next write."""
+        if self.phase is Phase.STOPPED:
+            return
+        flow = self.out.flow
+        if self.phase is Phase.PARKED and flow is not None and not flow.paused:
+            self.out.write_now(sse.KEEPALIVE)
+        else:
+            self.keepalive_due = True
+            self.waiter.set()
+
 
 class KeepAlive:
-    """A keep-alive comment after `interval` seconds without a write. A parked pump's open connection gets it at
-    once; a busy pump is asked to send it with its next write."""
+    """The keep-alive timer: each time `interval` seconds pass without a write to `out`, it calls `idle`, which
+    sends the comment or has it sent. It sees nothing of the pump but these two."""
 
-    def __init__(self, pump: Pump, interval: int) -> None:
-        self.pump, self.interval = pump, interval
-        self.timer = pump.loop.call_at(pump.last_write + interval, self._fire)
+    def __init__(self, out: Output, interval: int, idle: Callable[[], None]) -> None:
+        self.out, self.interval, self.idle = out, interval, idle
+        self.timer = out.loop.call_at(out.last_write + interval, self._fire)
 
     def cancel(self) -> None:
         self.timer.cancel()
 
     def _fire(self) -> None:
-        pump, loop = self.pump, self.pump.loop
-        if pump.phase is Phase.STOPPED:
-            return
-        if loop.time() - pump.last_write >= self.interval:
-            if pump.phase is Phase.PARKED and pump.flow is not None and not pump.flow.paused:
-                pump.flow.write(sse.KEEPALIVE)
-                pump.last_write = loop.time()
-                pump.written += len(sse.KEEPALIVE)
-            else:
-                pump.keepalive_due = True
-                pump.waiter.set()
-        self.timer = loop.call_at(pump.last_write + self.interval, self._fire)
+        loop = self.out.loop
+        if loop.time() - self.out.last_write >= self.interval:
+            self.idle()
+        self.timer = loop.call_at(self.out.last_write + self.interval, self._fire)
