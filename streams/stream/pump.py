@@ -1,7 +1,7 @@
-"""The pump: the writing half of a stream. It takes what its reader (streams/stream/reader.py) has ready and writes it
-to the client in one chunk, with flow control, the route's slow-client policy and keep-alives
-(docs/data-plane.md). The hub writes to a parked pump's client directly, sharing one encoding among pumps in
-the same position.
+"""The pump: the writing half of a stream. Its `Intake` chooses what goes out next from what its reader
+(streams/stream/reader.py) has ready, and the pump writes it to the client in one chunk, with flow control, the
+route's slow-client policy and keep-alives (docs/data-plane.md). The hub writes to a parked pump's client
+directly (`DirectWrites`), sharing one encoding among pumps in the same position.
 
 Every write, whoever makes it (the pump's task, the hub, the keep-alive), goes out through the stream's one
 `Output`, which stamps and counts it: the keep-alive's clock and the delivery log's byte count see them all.
@@ -117,70 +117,57 @@ class Output:
         self.written += len(data)
 
 
-class SharedWrites:
-    """The hub's side of a pump (its `Subscriber` hooks): while the pump is parked and its connection has room,
-    the fan-out writes to it here and now, one encoding shared by every pump in the same position, and counts
-    what a write delivered once for the whole group. Pump below holds the state these read."""
+class Intake:
+    """What a pump's writes carry, chosen apart from the writing: the stream's own events first (a challenge),
+    then the history older than the cache window, then the window, read shared with the streams of the topic in
+    the same position; a keep-alive comment when there is nothing else. A conflating client that fell behind
+    skips the history and reads the window conflated. Counts what was replayed and logs what was delivered."""
 
-    out: Output
-    phase: Phase
-    state: TopicState
-    injected: bytes
-    label: str
-    subscription: Subscription
-    reader: StreamReader
-    waiter: asyncio.Event
-    loop: asyncio.AbstractEventLoop
-    log: DeliverySink | None
-    shared_delivered: int  # what the last direct write delivered and shared with the group
-    shared_pending: bool
-    behind: bool  # conflating: the connection was full, so the next read conflates what is pending
+    def __init__(
+        self, reader: StreamReader, label: str, log: DeliverySink | None, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.reader, self.subscription, self.label, self.log, self.loop = reader, reader.subscription, label, log, loop
+        self.behind = False  # conflating: the connection was full, so the next read conflates what is pending
+        self.injected = b""  # the stream's own events, to go first
+        self.keepalive_due = False  # the keep-alive timer asks for one with the next write
+        self.replayed = 0  # events read from before the cache window
+        self.shared_delivered = 0  # what the last direct write delivered, shared with the group
+        self.shared_pending = False  # the window held more after it
 
-    @property
-    def cursors(self) -> dict[int, int]:
-        return self.reader.cursors
-
-    def _direct(self) -> Flow | None:
-        """The connection, when the hub may write to it here and now: the pump is parked, the connection has
-        room, and no event of the stream's own waits to go first."""
-        flow = self.out.flow
-        if self.phase is not Phase.PARKED or flow is None or flow.paused or flow.closed or self.injected:
-            return None
-        return flow
+    async def next(self) -> bytes:
+        """The task's read, for its next write."""
+        # A conflating client that fell behind skips the history, to the window.
+        before = self.subscription.delivered
+        history = b"" if self.behind else await self.reader.read_history()
+        self.replayed += self.subscription.delivered - before
+        data = history + self._read_shared()
+        if self.injected:
+            data, self.injected = self.injected + data, b""
+        if self.keepalive_due and not data:
+            data = sse.KEEPALIVE
+        self.keepalive_due = False
+        return data
 
     def share_key(self) -> Hashable | None:
-        """Pumps with equal keys write the same bytes for the next batch (None: this one cannot share now)."""
-        if self._direct() is None or not self.subscription.settled:
+        """Where the stream stands, which pumps in the same position share (None: the subscription holds records
+        back)."""
+        if not self.subscription.settled:
             return None
         progress = tuple(self.subscription.progress.items())
-        return (self.label, self.subscription.options, tuple(self.cursors.items()), progress)
+        return (self.label, self.subscription.options, tuple(self.reader.cursors.items()), progress)
 
-    def notify(self) -> bytes | None:
-        """The hub's fan-out: while the task is parked and the connection has room, write here and now (no task
-        switch per client per batch); anything else is the task's to do. Returns what it wrote."""
-        flow = self._direct()
-        if flow is None:
-            self.waiter.set()
-            return None
+    def lead(self) -> bytes:
+        """The hub's read for a direct write, kept for the pumps in the same position that adopt it: what it
+        delivered, and whether the window holds more."""
         before = self.subscription.delivered
         data = self._read_cache()
-        if data:
-            self.out.write_now(data)
         self.shared_pending = self.reader.pending()
-        if self.shared_pending or flow.paused:
-            self.waiter.set()
         self.shared_delivered = self.subscription.delivered - before
         return data
 
-    def adopt(self, leader: Pump, data: bytes) -> None:
-        """Write what `leader`, whose share key equals this one's, just wrote, and take its position."""
-        flow = self.out.flow
-        assert flow is not None  # noqa: S101  (share_key is None without a flow)
+    def follow(self, leader: Intake) -> None:
+        """Stand where `leader`, in the same position a moment ago, stands after its `lead`."""
         self.reader.take_position(leader.reader, leader.shared_delivered)
-        if data:
-            self.out.write_now(data)
-        if leader.shared_pending or flow.paused:
-            self.waiter.set()
 
     def account(self, clients: int) -> None:
         """Log the events of the last write, which went to `clients` clients (a fan-out group writes once)."""
@@ -192,15 +179,61 @@ class SharedWrites:
         return self.reader.read_cache(conflate=conflate)
 
     def _read_shared(self) -> bytes:
-        """The task's read: shared with the streams of the topic in the same position (a storm of resumes)."""
+        """Shared with the streams of the topic in the same position (a storm of resumes)."""
         if self.behind:
             return self._read_cache()
-        return self.reader.read_shared(self.state.reads, self.label, self.loop.time(), self.log)
+        return self.reader.read_shared(self.reader.state.reads, self.label, self.loop.time(), self.log)
 
 
-class Pump(SharedWrites):
-    """Moves one stream's records to its client: everything ready goes out in one write. A full connection is
-    not written to; its slow-client policy decides what happens while it is full."""
+class DirectWrites:
+    """The hub's writes to a pump's client (the pump's `Subscriber` hooks): while the pump is parked and its
+    connection has room, the fan-out writes to it here and now, one encoding shared by every pump in the same
+    position; anything else is left to the pump's task, which is woken. Handed the pump's output and intake,
+    whether it is parked, and how to wake it."""
+
+    def __init__(self, out: Output, intake: Intake, *, parked: Callable[[], bool], wake: Callable[[], None]) -> None:
+        self.out, self.intake, self.parked, self.wake = out, intake, parked, wake
+
+    def _flow(self) -> Flow | None:
+        """The connection, when the hub may write to it here and now: the pump is parked, the connection has
+        room, and no event of the stream's own waits to go first."""
+        flow = self.out.flow
+        if not self.parked() or flow is None or flow.paused or flow.closed or self.intake.injected:
+            return None
+        return flow
+
+    def share_key(self) -> Hashable | None:
+        """Pumps with equal keys write the same bytes for the next batch (None: this one cannot share now)."""
+        return None if self._flow() is None else self.intake.share_key()
+
+    def notify(self) -> bytes | None:
+        """Write here and now (no task switch per client per batch), or wake the task. Returns what it wrote."""
+        flow = self._flow()
+        if flow is None:
+            self.wake()
+            return None
+        data = self.intake.lead()
+        if data:
+            self.out.write_now(data)
+        if self.intake.shared_pending or flow.paused:
+            self.wake()
+        return data
+
+    def adopt(self, leader: DirectWrites, data: bytes) -> None:
+        """Write what `leader`, whose share key equals this one's, just wrote, and take its position."""
+        flow = self.out.flow
+        assert flow is not None  # noqa: S101  (share_key is None without a flow)
+        self.intake.follow(leader.intake)
+        if data:
+            self.out.write_now(data)
+        if leader.intake.shared_pending or flow.paused:
+            self.wake()
+
+
+class Pump:
+    """Moves one stream's records to its client: everything its intake has ready goes out in one write. A full
+    connection is not written to; its slow-client policy decides what happens while it is full. It is the stream
+    as the hub sees it (a `Subscriber`); the hub's writes to it while it is parked are its `DirectWrites`."""
 
     def __init__(
         self,
@@ -221,28 +254,35 @@ class Pump(SharedWrites):
         self.on_gone = on_gone  # the topic was deleted: how the stream ends
         self.reader = StreamReader(hub.cache, hub.kafka, state, subscription, starts)
         self.label = label  # the route, for logs and the delivery log
-        self.log = log if log is not None and log.enabled else None
-        self.replayed = 0  # events read from before the cache window
+        self.loop = asyncio.get_running_loop()
+        self.intake = Intake(self.reader, label, log if log is not None and log.enabled else None, self.loop)
+        self.out = Output(send, flow, self.loop)
         self.policy = SlowClientPolicy(conflate=conflate, stats=stats or StreamStats())
-        self.behind = False  # conflating: the connection was full, so the next read conflates what is pending
         self.phase = Phase.WORKING
         self.waiter = asyncio.Event()
-        self.loop = asyncio.get_running_loop()
-        self.out = Output(send, flow, self.loop)
-        self.shared_delivered, self.shared_pending = 0, False
-        self.keepalive_due = False  # the keep-alive timer asks the task to send one with its next write
+        self.direct = DirectWrites(
+            self.out, self.intake, parked=lambda: self.phase is Phase.PARKED, wake=self.waiter.set
+        )
         self.keepalive: KeepAlive | None = None
-        self.injected = b""
         self.state = self.reader.state = hub.attach(state, starts, self)
+
+    @property
+    def cursors(self) -> dict[int, int]:
+        return self.reader.cursors
 
     @property
     def written(self) -> int:
         """Bytes written to the client."""
         return self.out.written
 
+    @property
+    def replayed(self) -> int:
+        """Events read from before the cache window."""
+        return self.intake.replayed
+
     def inject(self, data: bytes) -> None:
         """Send `data` (an event of the stream's own, such as a challenge) with the next write."""
-        self.injected += data
+        self.intake.injected += data
         self.waiter.set()
 
     def stop(self) -> None:
@@ -259,10 +299,7 @@ class Pump(SharedWrites):
 
     def grow(self, starts: Mapping[int, int]) -> None:
         """Partitions were added to the topic: read them from `starts`, and list them in the ids from now on."""
-        added = {p: offset for p, offset in starts.items() if p not in self.reader.cursors}
-        if added:
-            self.reader.cursors.update(added)
-            self.subscription.grow(added)
+        if self.reader.grow(starts):
             self.waiter.set()  # their windows may hold records already, which no fan-out will announce
 
     async def close(self) -> None:
@@ -275,6 +312,18 @@ class Pump(SharedWrites):
         flow = self.out.flow
         return self.phase is not Phase.STOPPED and (flow is None or not (flow.paused or flow.closed))
 
+    def share_key(self) -> Hashable | None:
+        return self.direct.share_key()
+
+    def notify(self) -> bytes | None:
+        return self.direct.notify()
+
+    def adopt(self, leader: Pump, data: bytes) -> None:
+        self.direct.adopt(leader.direct, data)
+
+    def account(self, clients: int) -> None:
+        self.intake.account(clients)
+
     async def run(self, keepalive: int) -> None:
         if keepalive:
             self.keepalive = KeepAlive(self.out, keepalive, self._idle)
@@ -285,17 +334,8 @@ class Pump(SharedWrites):
                 drained = await self.policy.wait(flow, self.reader)
                 if drained is Drained.CLOSED:
                     return
-                self.behind = drained is Drained.BEHIND
-            # A conflating client that fell behind skips the history, to the window.
-            before = self.subscription.delivered
-            history = b"" if self.behind else await self.reader.read_history()
-            self.replayed += self.subscription.delivered - before
-            data = history + self._read_shared()
-            if self.injected:
-                data, self.injected = self.injected + data, b""
-            if self.keepalive_due and not data:
-                data = sse.KEEPALIVE
-            self.keepalive_due = False
+                self.intake.behind = drained is Drained.BEHIND
+            data = await self.intake.next()
             if data:
                 if self.phase is not Phase.STOPPED:
                     await self.out.write(data)
@@ -325,7 +365,7 @@ class Pump(SharedWrites):
         if self.phase is Phase.PARKED and flow is not None and not flow.paused:
             self.out.write_now(sse.KEEPALIVE)
         else:
-            self.keepalive_due = True
+            self.intake.keepalive_due = True
             self.waiter.set()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Mapping
 
 from config.kafka_settings import KafkaSettings
 from streams.events.subscription import Subscription
@@ -61,6 +62,15 @@ class StreamReader:
             if window is not None:
                 total += window.lag_bytes(max(cursor, window.start))
         return total
+
+    def grow(self, starts: Mapping[int, int]) -> bool:
+        """Read the partitions of `starts` not read yet, each from its start (the topic grew); the others are
+        left as they are. Returns whether there were any."""
+        added = {p: offset for p, offset in starts.items() if p not in self.cursors}
+        if added:
+            self.cursors.update(added)
+            self.subscription.grow(added)
+        return bool(added)
 
     def take_position(self, other: StreamReader, delivered: int) -> None:
         """Stand where `other`, in the same position a moment ago, stands after its read."""
