@@ -3,8 +3,9 @@
 Paths under the reserved prefixes (admin, API, static, the demo page) go to Django; every other path is a
 stream request, matched against the routes. A stream runs as two tasks, the Kafka pump and a watcher of the
 client's `http.disconnect`; whichever ends first cancels the other, so a disconnect ends the stream at once.
-Its parts live beside it: HTTP helpers (http.py), requests that open no stream (side_requests.py), the pump
-(streams/stream/pump.py), a guarded stream's token lease (streams/access/lease.py).
+Before its response starts, `open_topic` finds the stream's topic and where it starts there, or the problem it
+is refused with. Its other parts live beside it: HTTP helpers (http.py), requests that open no stream
+(side_requests.py), the pump (streams/stream/pump.py), a guarded stream's token lease (streams/access/lease.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import hmac
 import logging
 import sys
 import time
-from collections.abc import Coroutine, MutableMapping
+from collections.abc import Coroutine, Mapping, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -46,10 +48,11 @@ from streams.edge.readiness import PROBES, checks
 from streams.edge.runtime import Runtime
 from streams.edge.runtime import runtime as process_runtime
 from streams.edge.side_requests import side_request
+from streams.hub.topic_state import TopicState
 from streams.kafka.client import KafkaUnavailableError, ReaderStats, TopicNotFoundError
 from streams.routes.matching import Match
 from streams.server.daphne import FLOW_EXTENSION
-from streams.stream.opening import guarded_identity, open_subscription, stream_row
+from streams.stream.opening import Opened, guarded_identity, open_subscription, stream_row
 from streams.stream.pump import Pump
 from streams.stream.reader import Source, start_source
 from streams.telemetry.delivery_log import StreamRow
@@ -238,35 +241,14 @@ class Stream:
 
     async def serve(self, matched: Match, resume: bytes | None, since_ms: int | None, *, head_only: bool) -> None:
         route = matched.route
-        if not is_topic_name(matched.topic):
-            detail = f"{matched.topic!r} is not a Kafka topic name."
-            await self.problem(404, "Unknown topic", detail, reason="unknown_topic", topic=matched.topic)
-            return
-        hub = self.runtime.hub()
-        delivery = self.runtime.delivery_log
-        sinks = self.runtime.deliveries
-        try:
-            state = await hub.topic(matched.topic)
-            opened = await open_subscription(
-                hub, state, matched, resume, since_ms, stats=self.runtime.stats, log_batches=sinks.enabled
-            )
-        except TopicNotFoundError as exc:
-            await self.problem(404, "Unknown topic", str(exc), reason="unknown_topic", topic=exc.topic)
-            return
-        except KafkaUnavailableError as exc:
-            log.warning("kafka unavailable for %s: %s", matched.topic, exc)
-            detail = "The message broker cannot be reached; retry later."
-            await self.problem(503, "Kafka unavailable", detail, reason="kafka_unavailable", headers=RETRY_SOON)
-            return
-        source = start_source(hub.cache, state.name, opened.starts)
-        if source is Source.HISTORY and not ReaderStats.room(hub.kafka):
-            retry = settings.SSE_LIMIT_RETRY_AFTER_S
-            detail = "This stream starts before what the server keeps, and every reader of older records is busy."
+        topic = await open_topic(self.runtime, matched, resume, since_ms)
+        if isinstance(topic, TopicProblem):
             await self.problem(
-                503, "Server busy", detail, reason="max_historical_readers", headers=((b"retry-after", b"%d" % retry),)
+                topic.status, topic.title, topic.detail, reason=topic.reason, headers=topic.headers, **topic.extra
             )
             return
-        STARTS.labels("hit" if source is Source.CACHE else "miss").inc()
+        state, opened = topic
+        hub, delivery, sinks = self.runtime.hub(), self.runtime.delivery_log, self.runtime.deliveries
         await self.send({"type": "http.response.start", "status": 200, "headers": [*STREAM_HEADERS, *self.cors]})
         if head_only:
             await self.send({"type": "http.response.body", "body": b""})
@@ -307,6 +289,48 @@ class Stream:
             self.stop.set_result(reason)
             if self.pump is not None:
                 self.pump.stop()
+
+
+@dataclass(frozen=True)
+class TopicProblem:
+    """Why a stream cannot open on its topic: the problem response, and the reason it is counted under."""
+
+    status: int
+    title: str
+    detail: str
+    reason: str
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)  # more members of the problem body
+
+
+async def open_topic(
+    runtime: Runtime, matched: Match, resume: bytes | None, since_ms: int | None
+) -> tuple[TopicState, Opened] | TopicProblem:
+    """The stream's topic and where it starts in it, or why it cannot start: the templated name is no topic's,
+    the topic does not exist, Kafka cannot be reached, or the stream starts before the cache window while every
+    reader of older records is busy."""
+    if not is_topic_name(matched.topic):
+        detail = f"{matched.topic!r} is not a Kafka topic name."
+        return TopicProblem(404, "Unknown topic", detail, "unknown_topic", extra={"topic": matched.topic})
+    hub = runtime.hub()
+    try:
+        state = await hub.topic(matched.topic)
+        opened = await open_subscription(
+            hub, state, matched, resume, since_ms, stats=runtime.stats, log_batches=runtime.deliveries.enabled
+        )
+    except TopicNotFoundError as exc:
+        return TopicProblem(404, "Unknown topic", str(exc), "unknown_topic", extra={"topic": exc.topic})
+    except KafkaUnavailableError as exc:
+        log.warning("kafka unavailable for %s: %s", matched.topic, exc)
+        detail = "The message broker cannot be reached; retry later."
+        return TopicProblem(503, "Kafka unavailable", detail, "kafka_unavailable", RETRY_SOON)
+    source = start_source(hub.cache, state.name, opened.starts)
+    if source is Source.HISTORY and not ReaderStats.room(hub.kafka):
+        retry = ((b"retry-after", b"%d" % settings.SSE_LIMIT_RETRY_AFTER_S),)
+        detail = "This stream starts before what the server keeps, and every reader of older records is busy."
+        return TopicProblem(503, "Server busy", detail, "max_historical_readers", retry)
+    STARTS.labels("hit" if source is Source.CACHE else "miss").inc()
+    return state, opened
 
 
 async def race(

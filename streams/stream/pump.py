@@ -1,7 +1,10 @@
-"""The pump: the writing half of a stream. It takes what its reader (streams/stream/reader.py) has ready and writes it
-to the client in one chunk, with flow control, the route's slow-client policy and keep-alives
-(docs/data-plane.md). The hub writes to a parked pump's client directly, sharing one encoding among pumps in
-the same position.
+"""The pump: the writing half of a stream. Its `Intake` chooses what goes out next from what its reader
+(streams/stream/reader.py) has ready, and the pump writes it to the client in one chunk, with flow control, the
+route's slow-client policy and keep-alives (docs/data-plane.md). The hub writes to a parked pump's client
+directly (`DirectWrites`), sharing one encoding among pumps in the same position.
+
+Every write, whoever makes it (the pump's task, the hub, the keep-alive), goes out through the stream's one
+`Output`, which stamps and counts it: the keep-alive's clock and the delivery log's byte count see them all.
 """
 
 from __future__ import annotations
@@ -85,75 +88,86 @@ class SlowClientPolicy:
         return Drained.BEHIND if behind else Drained.WRITABLE
 
 
-class SharedWrites:
-    """The hub's side of a pump (its `Subscriber` hooks): while the pump is parked and its connection has room,
-    the fan-out writes to it here and now, one encoding shared by every pump in the same position, and counts
-    what a write delivered once for the whole group. Pump below holds the state these read."""
+class Output:
+    """The client's end of a stream, and the one place that writes to it: every write (the task's, the hub's
+    direct and shared ones, a keep-alive) goes out here, stamped with its time and counted in bytes. It goes
+    through the connection's `Flow` when the server hands one over (written at once), else through ASGI `send`."""
 
-    flow: Flow | None
-    phase: Phase
-    state: TopicState
-    injected: bytes
-    label: str
-    subscription: Subscription
-    reader: StreamReader
-    waiter: asyncio.Event
-    loop: asyncio.AbstractEventLoop
-    last_write: float
-    written: int
-    log: DeliverySink | None
-    shared_delivered: int  # what the last direct write delivered and shared with the group
-    shared_pending: bool
-    behind: bool  # conflating: the connection was full, so the next read conflates what is pending
+    def __init__(self, send: Send, flow: Flow | None, loop: asyncio.AbstractEventLoop) -> None:
+        self.send, self.flow, self.loop = send, flow, loop
+        self.last_write = loop.time()
+        self.written = 0  # bytes
 
-    @property
-    def cursors(self) -> dict[int, int]:
-        return self.reader.cursors
+    def write_now(self, data: bytes) -> None:
+        """Write through the flow, here and now (the hub's writes and the keep-alive's, which never wait)."""
+        assert self.flow is not None  # noqa: S101  (only a connection with a flow is written to directly)
+        self.flow.write(data)
+        self._stamp(data)
 
-    def _direct(self) -> Flow | None:
-        """The connection, when the hub may write to it here and now: the pump is parked, the connection has
-        room, and no event of the stream's own waits to go first."""
-        flow = self.flow
-        if self.phase is not Phase.PARKED or flow is None or flow.paused or flow.closed or self.injected:
-            return None
-        return flow
+    async def write(self, data: bytes) -> None:
+        """The pump's task's write."""
+        if self.flow is not None:
+            self.write_now(data)
+            return
+        await self.send({"type": "http.response.body", "body": data, "more_body": True})
+        self._stamp(data)
+
+    def _stamp(self, data: bytes) -> None:
+        self.last_write = self.loop.time()
+        self.written += len(data)
+
+
+class Intake:
+    """What a pump's writes carry, chosen apart from the writing: the stream's own events first (a challenge),
+    then the history older than the cache window, then the window, read shared with the streams of the topic in
+    the same position; a keep-alive comment when there is nothing else. A conflating client that fell behind
+    skips the history and reads the window conflated. Counts what was replayed and logs what was delivered."""
+
+    def __init__(
+        self, reader: StreamReader, label: str, log: DeliverySink | None, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.reader, self.subscription, self.label, self.log, self.loop = reader, reader.subscription, label, log, loop
+        self.behind = False  # conflating: the connection was full, so the next read conflates what is pending
+        self.injected = b""  # the stream's own events, to go first
+        self.keepalive_due = False  # the keep-alive timer asks for one with the next write
+        self.replayed = 0  # events read from before the cache window
+        self.shared_delivered = 0  # what the last direct write delivered, shared with the group
+        self.shared_pending = False  # the window held more after it
+
+    async def next(self) -> bytes:
+        """The task's read, for its next write."""
+        # A conflating client that fell behind skips the history, to the window.
+        before = self.subscription.delivered
+        history = b"" if self.behind else await self.reader.read_history()
+        self.replayed += self.subscription.delivered - before
+        data = history + self._read_shared()
+        if self.injected:
+            data, self.injected = self.injected + data, b""
+        if self.keepalive_due and not data:
+            data = sse.KEEPALIVE
+        self.keepalive_due = False
+        return data
 
     def share_key(self) -> Hashable | None:
-        """Pumps with equal keys write the same bytes for the next batch (None: this one cannot share now)."""
-        if self._direct() is None or not self.subscription.settled:
+        """Where the stream stands, which pumps in the same position share (None: the subscription holds records
+        back)."""
+        if not self.subscription.settled:
             return None
         progress = tuple(self.subscription.progress.items())
-        return (self.label, self.subscription.options, tuple(self.cursors.items()), progress)
+        return (self.label, self.subscription.options, tuple(self.reader.cursors.items()), progress)
 
-    def notify(self) -> bytes | None:
-        """The hub's fan-out: while the task is parked and the connection has room, write here and now (no task
-        switch per client per batch); anything else is the task's to do. Returns what it wrote."""
-        flow = self._direct()
-        if flow is None:
-            self.waiter.set()
-            return None
+    def lead(self) -> bytes:
+        """The hub's read for a direct write, kept for the pumps in the same position that adopt it: what it
+        delivered, and whether the window holds more."""
         before = self.subscription.delivered
         data = self._read_cache()
-        if data:
-            flow.write(data)
-            self.last_write = self.loop.time()
-            self.written += len(data)
         self.shared_pending = self.reader.pending()
-        if self.shared_pending or flow.paused:
-            self.waiter.set()
         self.shared_delivered = self.subscription.delivered - before
         return data
 
-    def adopt(self, leader: Pump, data: bytes) -> None:
-        """Write what `leader`, whose share key equals this one's, just wrote, and take its position."""
-        assert self.flow is not None  # noqa: S101  (share_key is None without a flow)
+    def follow(self, leader: Intake) -> None:
+        """Stand where `leader`, in the same position a moment ago, stands after its `lead`."""
         self.reader.take_position(leader.reader, leader.shared_delivered)
-        if data:
-            self.flow.write(data)
-            self.last_write = leader.last_write
-            self.written += len(data)
-        if leader.shared_pending or self.flow.paused:
-            self.waiter.set()
 
     def account(self, clients: int) -> None:
         """Log the events of the last write, which went to `clients` clients (a fan-out group writes once)."""
@@ -165,15 +179,61 @@ class SharedWrites:
         return self.reader.read_cache(conflate=conflate)
 
     def _read_shared(self) -> bytes:
-        """The task's read: shared with the streams of the topic in the same position (a storm of resumes)."""
+        """Shared with the streams of the topic in the same position (a storm of resumes)."""
         if self.behind:
             return self._read_cache()
-        return self.reader.read_shared(self.state.reads, self.label, self.loop.time(), self.log)
+        return self.reader.read_shared(self.reader.state.reads, self.label, self.loop.time(), self.log)
 
 
-class Pump(SharedWrites):
-    """Moves one stream's records to its client: everything ready goes out in one write. A full connection is
-    not written to; its slow-client policy decides what happens while it is full."""
+class DirectWrites:
+    """The hub's writes to a pump's client (the pump's `Subscriber` hooks): while the pump is parked and its
+    connection has room, the fan-out writes to it here and now, one encoding shared by every pump in the same
+    position; anything else is left to the pump's task, which is woken. Handed the pump's output and intake,
+    whether it is parked, and how to wake it."""
+
+    def __init__(self, out: Output, intake: Intake, *, parked: Callable[[], bool], wake: Callable[[], None]) -> None:
+        self.out, self.intake, self.parked, self.wake = out, intake, parked, wake
+
+    def _flow(self) -> Flow | None:
+        """The connection, when the hub may write to it here and now: the pump is parked, the connection has
+        room, and no event of the stream's own waits to go first."""
+        flow = self.out.flow
+        if not self.parked() or flow is None or flow.paused or flow.closed or self.intake.injected:
+            return None
+        return flow
+
+    def share_key(self) -> Hashable | None:
+        """Pumps with equal keys write the same bytes for the next batch (None: this one cannot share now)."""
+        return None if self._flow() is None else self.intake.share_key()
+
+    def notify(self) -> bytes | None:
+        """Write here and now (no task switch per client per batch), or wake the task. Returns what it wrote."""
+        flow = self._flow()
+        if flow is None:
+            self.wake()
+            return None
+        data = self.intake.lead()
+        if data:
+            self.out.write_now(data)
+        if self.intake.shared_pending or flow.paused:
+            self.wake()
+        return data
+
+    def adopt(self, leader: DirectWrites, data: bytes) -> None:
+        """Write what `leader`, whose share key equals this one's, just wrote, and take its position."""
+        flow = self.out.flow
+        assert flow is not None  # noqa: S101  (share_key is None without a flow)
+        self.intake.follow(leader.intake)
+        if data:
+            self.out.write_now(data)
+        if leader.intake.shared_pending or flow.paused:
+            self.wake()
+
+
+class Pump:
+    """Moves one stream's records to its client: everything its intake has ready goes out in one write. A full
+    connection is not written to; its slow-client policy decides what happens while it is full. It is the stream
+    as the hub sees it (a `Subscriber`); the hub's writes to it while it is parked are its `DirectWrites`."""
 
     def __init__(
         self,
@@ -194,29 +254,42 @@ class Pump(SharedWrites):
         self.on_gone = on_gone  # the topic was deleted: how the stream ends
         self.reader = StreamReader(hub.cache, hub.kafka, state, subscription, starts)
         self.label = label  # the route, for logs and the delivery log
-        self.log = log if log is not None and log.enabled else None
-        self.written = self.replayed = 0  # bytes written; events read from before the cache window
-        self.send, self.flow = send, flow
+        self.loop = asyncio.get_running_loop()
+        self.intake = Intake(self.reader, label, log if log is not None and log.enabled else None, self.loop)
+        self.out = Output(send, flow, self.loop)
         self.policy = SlowClientPolicy(conflate=conflate, stats=stats or StreamStats())
-        self.behind = False  # conflating: the connection was full, so the next read conflates what is pending
         self.phase = Phase.WORKING
         self.waiter = asyncio.Event()
-        self.loop = asyncio.get_running_loop()
-        self.shared_delivered, self.shared_pending = 0, False
-        self.keepalive_due = False  # the keep-alive timer asks the task to send one with its next write
-        self.last_write = self.loop.time()
+        self.direct = DirectWrites(
+            self.out, self.intake, parked=lambda: self.phase is Phase.PARKED, wake=self.waiter.set
+        )
         self.keepalive: KeepAlive | None = None
-        self.injected = b""
         self.state = self.reader.state = hub.attach(state, starts, self)
+
+    @property
+    def cursors(self) -> dict[int, int]:
+        return self.reader.cursors
+
+    @property
+    def written(self) -> int:
+        """Bytes written to the client."""
+        return self.out.written
+
+    @property
+    def replayed(self) -> int:
+        """Events read from before the cache window."""
+        return self.intake.replayed
 
     def inject(self, data: bytes) -> None:
         """Send `data` (an event of the stream's own, such as a challenge) with the next write."""
-        self.injected += data
+        self.intake.injected += data
         self.waiter.set()
 
     def stop(self) -> None:
-        """Nothing more goes out, not even from the hub's direct writes."""
+        """Nothing more goes out, not even from the hub's direct writes or a keep-alive."""
         self.phase = Phase.STOPPED
+        if self.keepalive is not None:
+            self.keepalive.cancel()
 
     def gone(self) -> None:
         """The topic was deleted: nothing more goes out, and the stream ends."""
@@ -226,58 +299,48 @@ class Pump(SharedWrites):
 
     def grow(self, starts: Mapping[int, int]) -> None:
         """Partitions were added to the topic: read them from `starts`, and list them in the ids from now on."""
-        added = {p: offset for p, offset in starts.items() if p not in self.reader.cursors}
-        if added:
-            self.reader.cursors.update(added)
-            self.subscription.grow(added)
+        if self.reader.grow(starts):
             self.waiter.set()  # their windows may hold records already, which no fan-out will announce
 
     async def close(self) -> None:
         self.stop()
-        if self.keepalive is not None:
-            self.keepalive.cancel()
         self.hub.detach(self.state, self)
         await self.reader.close_history()
 
     def receiving(self) -> bool:
         """The client takes what is written: the stream goes on and its connection is not full."""
-        flow = self.flow
+        flow = self.out.flow
         return self.phase is not Phase.STOPPED and (flow is None or not (flow.paused or flow.closed))
 
-    async def write(self, data: bytes) -> None:
-        if self.phase is Phase.STOPPED:
-            return
-        if self.flow is not None:
-            self.flow.write(data)
-        else:
-            await self.send({"type": "http.response.body", "body": data, "more_body": True})
-        self.last_write = self.loop.time()
-        self.written += len(data)
+    def share_key(self) -> Hashable | None:
+        return self.direct.share_key()
+
+    def notify(self) -> bytes | None:
+        return self.direct.notify()
+
+    def adopt(self, leader: Pump, data: bytes) -> None:
+        self.direct.adopt(leader.direct, data)
+
+    def account(self, clients: int) -> None:
+        self.intake.account(clients)
 
     async def run(self, keepalive: int) -> None:
         if keepalive:
-            self.keepalive = KeepAlive(self, keepalive)
+            self.keepalive = KeepAlive(self.out, keepalive, self._idle)
+        flow = self.out.flow
         while True:
             self.waiter.clear()
-            if self.flow is not None and self.flow.paused:
-                drained = await self.policy.wait(self.flow, self.reader)
+            if flow is not None and flow.paused:
+                drained = await self.policy.wait(flow, self.reader)
                 if drained is Drained.CLOSED:
                     return
-                self.behind = drained is Drained.BEHIND
-            # A conflating client that fell behind skips the history, to the window.
-            before = self.subscription.delivered
-            history = b"" if self.behind else await self.reader.read_history()
-            self.replayed += self.subscription.delivered - before
-            data = history + self._read_shared()
-            if self.injected:
-                data, self.injected = self.injected + data, b""
-            if self.keepalive_due and not data:
-                data = sse.KEEPALIVE
-            self.keepalive_due = False
+                self.intake.behind = drained is Drained.BEHIND
+            data = await self.intake.next()
             if data:
-                await self.write(data)
+                if self.phase is not Phase.STOPPED:
+                    await self.out.write(data)
                 self.account(1)
-            if self.reader.busy() or (self.flow and self.flow.paused):
+            if self.reader.busy() or (flow and flow.paused):
                 await asyncio.sleep(0)
                 continue
             await self._park()
@@ -293,28 +356,32 @@ class Pump(SharedWrites):
             if self.phase is Phase.PARKED:
                 self.phase = Phase.WORKING
 
+    def _idle(self) -> None:
+        """Nothing was written for the keep-alive's interval. A parked pump's open connection gets the comment at
+        once; a busy pump is asked to send it with its next write."""
+        if self.phase is Phase.STOPPED:
+            return
+        flow = self.out.flow
+        if self.phase is Phase.PARKED and flow is not None and not flow.paused:
+            self.out.write_now(sse.KEEPALIVE)
+        else:
+            self.intake.keepalive_due = True
+            self.waiter.set()
+
 
 class KeepAlive:
-    """A keep-alive comment after `interval` seconds without a write. A parked pump's open connection gets it at
-    once; a busy pump is asked to send it with its next write."""
+    """The keep-alive timer: each time `interval` seconds pass without a write to `out`, it calls `idle`, which
+    sends the comment or has it sent. It sees nothing of the pump but these two."""
 
-    def __init__(self, pump: Pump, interval: int) -> None:
-        self.pump, self.interval = pump, interval
-        self.timer = pump.loop.call_at(pump.last_write + interval, self._fire)
+    def __init__(self, out: Output, interval: int, idle: Callable[[], None]) -> None:
+        self.out, self.interval, self.idle = out, interval, idle
+        self.timer = out.loop.call_at(out.last_write + interval, self._fire)
 
     def cancel(self) -> None:
         self.timer.cancel()
 
     def _fire(self) -> None:
-        pump, loop = self.pump, self.pump.loop
-        if pump.phase is Phase.STOPPED:
-            return
-        if loop.time() - pump.last_write >= self.interval:
-            if pump.phase is Phase.PARKED and pump.flow is not None and not pump.flow.paused:
-                pump.flow.write(sse.KEEPALIVE)
-                pump.last_write = loop.time()
-                pump.written += len(sse.KEEPALIVE)
-            else:
-                pump.keepalive_due = True
-                pump.waiter.set()
-        self.timer = loop.call_at(pump.last_write + self.interval, self._fire)
+        loop = self.out.loop
+        if loop.time() - self.out.last_write >= self.interval:
+            self.idle()
+        self.timer = loop.call_at(self.out.last_write + self.interval, self._fire)

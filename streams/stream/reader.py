@@ -1,15 +1,16 @@
 """The reading half of a stream: where it stands in each partition, and the records to send next.
 
 Reads come from the process's cache window of each partition; what the window no longer holds (the stream
-starts before it, or eviction overtook a slow client) comes from a short-lived `HistoricalReader`, which hands
-over to the window offset by offset, with no gap and no duplicate. Records become bytes through the stream's
-`Subscription`. Nothing here writes to a client: that is the pump's half (streams/stream/pump.py).
+starts before it, or eviction overtook a slow client) comes from a `History`, a short-lived `HistoricalReader`
+that hands over to the window offset by offset, with no gap and no duplicate. Records become bytes through the
+stream's `Subscription`. Nothing here writes to a client: that is the pump's half (streams/stream/pump.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Mapping
 
 from config.kafka_settings import KafkaSettings
 from streams.events.subscription import Subscription
@@ -25,15 +26,14 @@ CHUNK_BYTES = 256 * 1024  # at most this much per write, so no connection's buff
 
 
 class StreamReader:
+    """Where one stream stands in each partition of its topic (its cursors, which only it moves), and its reads."""
+
     def __init__(
         self, cache: Cache, kafka: KafkaSettings, state: TopicState, subscription: Subscription, starts: dict[int, int]
     ) -> None:
         self.cache, self.kafka, self.state, self.subscription = cache, kafka, state, subscription
         self.cursors = dict(starts)  # next offset to read, per partition
-        self.history: HistoricalReader | None = None
-        self.history_partitions: set[int] = set()
-        self.backlog: list[Record] = []  # records from the historical reader not sent yet
-        self.history_eof: dict[int, int] = {}  # Kafka's end, where the historical reader found it, per partition
+        self.history: History | None = None  # reading what the window no longer holds
 
     @property
     def topic(self) -> str:
@@ -52,7 +52,7 @@ class StreamReader:
 
     def busy(self) -> bool:
         """More to read right away: the history is still being read, or the window holds more."""
-        return self.history is not None or bool(self.backlog) or self.pending()
+        return self.history is not None or self.pending()
 
     def lag_bytes(self) -> int:
         """Bytes the window holds past this stream's position: how far behind its client is."""
@@ -63,6 +63,15 @@ class StreamReader:
                 total += window.lag_bytes(max(cursor, window.start))
         return total
 
+    def grow(self, starts: Mapping[int, int]) -> bool:
+        """Read the partitions of `starts` not read yet, each from its start (the topic grew); the others are
+        left as they are. Returns whether there were any."""
+        added = {p: offset for p, offset in starts.items() if p not in self.cursors}
+        if added:
+            self.cursors.update(added)
+            self.subscription.grow(added)
+        return bool(added)
+
     def take_position(self, other: StreamReader, delivered: int) -> None:
         """Stand where `other`, in the same position a moment ago, stands after its read."""
         self.cursors = dict(other.cursors)
@@ -71,7 +80,7 @@ class StreamReader:
     def shared_key(self) -> tuple[object, ...] | None:
         """What a read from here depends on besides the route (streams/hub/shared_reads.py), or None when it depends on
         more: the history is being read, or the subscription holds records back."""
-        if self.history is not None or self.backlog or not self.subscription.settled:
+        if self.history is not None or not self.subscription.settled:
             return None
         return (self.subscription.options, tuple(self.cursors.items()), tuple(self.subscription.progress.items()))
 
@@ -137,54 +146,80 @@ class StreamReader:
         if not behind:
             await self.close_history()
             return b""
-        if self.history is not None and not behind.keys() <= self.history_partitions:
+        if self.history is not None and not behind.keys() <= self.history.partitions:
             # Eviction put another partition behind the window: read it too, from where each one stands.
             await self.close_history()
         try:
             if self.history is None:
-                self.history = HistoricalReader(self.kafka, self.topic)
-                self.history_partitions = set(behind)
+                self.history = History(self.kafka, self.cache, self.topic, behind)
                 await self.history.start(behind)
-            if not self.backlog:
-                batch = await self.history.poll(HISTORY_POLL_S)
-                self.backlog = batch.records
-                self.history_eof.update(batch.eof)
+            history = self.history
+            records = await history.take(self.cursors, behind)
         except ConsumerLost:
             # Its process died (a crash inside librdkafka, decision 0008): the next read starts a new reader from
             # the cursors, so nothing is lost or repeated; a deleted topic's stream is ended by the hub.
             await self.close_history()
             await asyncio.sleep(HISTORY_POLL_S)
             return b""
-        records = _within_budget(self.backlog, CHUNK_BYTES)
-        del self.backlog[: len(records)]
-        records = [r for r in records if r.partition in behind and r.offset >= self.cursors[r.partition]]
         for record in records:
             self.cursors[record.partition] = record.offset + 1
-        self._past_the_end(behind)
+        self.cursors.update(history.handed_over(self.cursors, behind))
         return self.subscription.feed(records) if records else b""
-
-    def _past_the_end(self, behind: dict[int, int]) -> None:
-        """Hand a partition over to its window once the historical reader has read all Kafka holds of it.
-
-        The last offsets before the window may hold nothing to deliver (control markers of transactions, aborted
-        or compacted records): the cursor then never reaches the window's start from a record. Once the reader
-        found Kafka's end and every record it read before is sent, nothing deliverable lies before that end, so
-        the cursor moves up to it, or to the window's start if that is nearer (the window holds the rest).
-        """
-        for partition in self.history_eof.keys() & behind.keys():
-            if any(record.partition == partition for record in self.backlog):
-                continue
-            end = self.history_eof.pop(partition)
-            window = self.cache.log(self.topic, partition)
-            if window is not None:
-                self.cursors[partition] = max(self.cursors[partition], min(end, window.start))
 
     async def close_history(self) -> None:
         """Close the historical reader, if any; it is let go first, so a cancelled close is never repeated."""
-        history, self.history, self.backlog = self.history, None, []
-        self.history_eof = {}
+        history, self.history = self.history, None
         if history is not None:
             await history.close()
+
+
+class History:
+    """One read of what the cache window no longer holds, until it hands over to the window: a short-lived
+    `HistoricalReader` of the partitions that were behind the window when the read began, the records it fetched
+    and the stream has not taken yet, and where it found Kafka's end of each partition. The stream's cursors,
+    which say where each partition stands, stay the stream's: this only reads them."""
+
+    def __init__(self, kafka: KafkaSettings, cache: Cache, topic: str, behind: dict[int, int]) -> None:
+        self.cache, self.topic = cache, topic
+        self.reader = HistoricalReader(kafka, topic)
+        self.partitions = set(behind)
+        self.backlog: list[Record] = []  # records fetched, not taken yet
+        self.eof: dict[int, int] = {}  # Kafka's end, where the reader found it, per partition
+
+    async def start(self, behind: dict[int, int]) -> None:
+        await self.reader.start(behind)
+
+    async def take(self, cursors: dict[int, int], behind: dict[int, int]) -> list[Record]:
+        """The next records of the partitions `behind`, from their `cursors` on, within one chunk's budget."""
+        if not self.backlog:
+            batch = await self.reader.poll(HISTORY_POLL_S)
+            self.backlog = batch.records
+            self.eof.update(batch.eof)
+        records = _within_budget(self.backlog, CHUNK_BYTES)
+        del self.backlog[: len(records)]
+        return [r for r in records if r.partition in behind and r.offset >= cursors[r.partition]]
+
+    def handed_over(self, cursors: dict[int, int], behind: dict[int, int]) -> dict[int, int]:
+        """Where the partitions `behind` stand once handed over to their windows: those the reader has read to
+        Kafka's end, with every record it read of them taken (each one once).
+
+        The last offsets before the window may hold nothing to deliver (control markers of transactions, aborted
+        or compacted records): the cursor then never reaches the window's start from a record. Once the reader
+        found Kafka's end and every record it read before is taken, nothing deliverable lies before that end, so
+        the cursor moves up to it, or to the window's start if that is nearer (the window holds the rest).
+        """
+        moved = {}
+        for partition in self.eof.keys() & behind.keys():
+            if any(record.partition == partition for record in self.backlog):
+                continue
+            end = self.eof.pop(partition)
+            window = self.cache.log(self.topic, partition)
+            if window is not None:
+                moved[partition] = max(cursors[partition], min(end, window.start))
+        return moved
+
+    async def close(self) -> None:
+        await self.reader.close()
 
 
 class Source(enum.Enum):
