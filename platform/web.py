@@ -174,12 +174,19 @@ def forget_metrics(pid: int) -> None:
     prometheus_multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
+SUPERVISOR_PID = os.getpid()  # web.py forks its workers from its main thread; this is that process
+
+
 def _child_setup() -> None:
     # Runs in the worker between fork and exec: die with the parent. The parent is single-threaded. SIGKILL, not
     # SIGTERM: this process dies abruptly only when it is killed (honcho kills it 5 s after a stop, sooner than
     # STOP_GRACE_S), and then nobody is left to kill a worker that is slow to stop on SIGTERM.
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    # A parent killed between the fork and the prctl above sends no death signal: the worker was already
+    # adopted (its parent is no longer the supervisor), so it goes now rather than outlive it holding the port.
+    if os.getppid() != SUPERVISOR_PID:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Supervisor:
