@@ -16,11 +16,11 @@ process ended (exit code or signal), the errors the consumer reported for the de
 other topic's records all arrived in order. `--gdb` runs each child under gdb for a native backtrace of a crash;
 `--wire` puts a recorder in front of the script's broker and prints each Fetch answer carrying a partition error.
 
-What it showed on the broker the project embedded then (librdkafka 2.16.0, tansu 0.6; docs/decisions/0008-topic-
+What it showed on the in-memory broker the project embedded then (librdkafka 2.16.0; docs/decisions/0008-topic-
 deletion.md): every scenario ends with SIGSEGV, on the first fetch answer after the deletion, before any call of the
 scenario's own, except with the topic's partitions paused (not fetched): then at the first fetch after `resume()`.
 The crash is on librdkafka's main thread: rd_kafka_metadata_update_op -> rd_kafka_metadata_cache_find -> strcmp.
-tansu answers the Fetch (v16, by topic id) of a deleted topic with topic id 0, UNKNOWN_TOPIC_OR_PARTITION, a
+that broker answers the Fetch (v16, by topic id) of a deleted topic with topic id 0, UNKNOWN_TOPIC_OR_PARTITION, a
 CurrentLeader tag and the NodeEndpoints tag; librdkafka turns that into a metadata update for a topic with neither
 an id nor a name, and looks the missing name up.
 """

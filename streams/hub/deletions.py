@@ -3,8 +3,8 @@
 Three signs lead here. The topic watch (streams/hub/topic_watch.py) finds a topic with streams gone, or under
 another topic id: on Apache Kafka the only sign, since librdkafka keeps the fetch errors of a deleted topic's
 assigned partitions to itself. The consumer reports a topic unknown (on brokers whose errors reach it). Or the
-consumer's process died (librdkafka 2.16 crashed on tansu's answer to such a fetch, decision 0008) and a new
-one started with nothing assigned.
+consumer's process died (librdkafka 2.16 crashed on the former in-memory broker's answer to such a fetch,
+decision 0008) and a new one started with nothing assigned.
 Either way each topic concerned is described again. One that no longer exists, or exists under another topic
 id (deleted and created again under its name), is dropped: its partitions, its cache window, its state, and
 its streams, which end (the client reconnects and gets the 404 of an unknown topic, or the new topic). Every
