@@ -8,6 +8,7 @@ back each partition's records up to the end as of subscribe time, then sends onl
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -32,10 +33,27 @@ class Position:
 
 @dataclass(frozen=True)
 class SubscriptionOptions:
+    """How a subscription writes its events. Part of the fan-out's share key, hashed and compared for every
+    stream at every batch: its hash is computed once, and a subscription keeps the one shared object of its value
+    (`shared`), so keys of streams with the same options compare by identity."""
+
     filters: tuple[CompiledFilter, ...] = ()
     key_form: bool = False  # ids as ["<base64 key>","<etag id>"]
     compacted: bool = False  # send only the latest value per key up to `ends`
     caught_up: bool = False  # send `caught-up` once every partition reached `ends`
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.filters, self.key_form, self.compacted, self.caught_up)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
+
+    def shared(self) -> SubscriptionOptions:
+        """The one object of this value that the process's subscriptions hold (kept while any holds it)."""
+        return _SHARED_OPTIONS.setdefault(self, self)
+
+
+_SHARED_OPTIONS: weakref.WeakValueDictionary[SubscriptionOptions, SubscriptionOptions] = weakref.WeakValueDictionary()
 
 
 class Subscription:
@@ -54,7 +72,7 @@ class Subscription:
         # Each partition's encoded entry, kept so that an id re-encodes only the partition that moved.
         self._parts = {p: encode_pair(p, o) for p, o in self.progress.items()}
         self._text: bytes | None = None
-        self.options = options
+        self.options = options.shared()
         self._ends = dict(ends)
         self._reached: set[int] = {p for p, end in self._ends.items() if starts.get(p, end) >= end}
         # Compacted topics: records held back per partition until it reaches its end, latest per key.

@@ -208,8 +208,10 @@ class FanOut:
             if key is None:
                 subscriber.notify()
                 subscriber.account(1)
+            elif (group := groups.get(key)) is not None:
+                group.append(subscriber)
             else:
-                groups.setdefault(key, []).append(subscriber)
+                groups[key] = [subscriber]
         for leader, *followers in groups.values():
             data = leader.notify()
             if data is None:  # the leader's task writes (and counts) for it: the others go their own way
