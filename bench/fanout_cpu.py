@@ -25,7 +25,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,7 @@ def child(streams: int, batches: int) -> dict[str, float]:
         inprocess = importlib.import_module("tests.support.inprocess")
     except ImportError:  # a checkout from before the tests' support package
         inprocess = importlib.import_module("tests.inprocess")
+    wait_until = functools.partial(importlib.import_module("tests.conftest").wait_until, interval=0.002)
 
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     topic = f"bench-fanout-cpu-{uuid.uuid4().hex[:8]}"
@@ -54,17 +54,16 @@ def child(streams: int, batches: int) -> dict[str, float]:
     try:
         hub = loop_thread.run(_new_hub(inprocess, loop_thread.loop))
         opened = [loop_thread.run(inprocess.open_stream(hub, topic, start="live")) for _ in range(streams)]
-        payload = json.dumps({"n": 0, "pad": "x" * 200})
-        producer.produce(topic, payload.encode())  # a first record, so every stream stands at the live end
+        producer.produce(topic, _record(0))  # a first record, so every stream stands at the live end
         producer.flush(30)
-        _wait_for(lambda: all(_last_seen(s) >= 0 for s in opened), 60)
+        wait_until(lambda: all(_last_seen(s) >= 0 for s in opened), 60)
         cpu_before = loop_thread.run(_thread_cpu())
         wall = time.perf_counter()
         for n in range(1, batches + 1):
-            producer.produce(topic, json.dumps({"n": n, "pad": "x" * 200}).encode())
+            producer.produce(topic, _record(n))
             producer.flush(30)
-            _wait_for(functools.partial(_reached, opened[-1], n), 30)
-        _wait_for(lambda: all(_last_seen(s) >= batches for s in opened), 60)
+            wait_until(functools.partial(_reached, opened[-1], n), 30)
+        wait_until(lambda: all(_last_seen(s) >= batches for s in opened), 60)
         cpu = loop_thread.run(_thread_cpu()) - cpu_before
         wall = time.perf_counter() - wall
         for s in opened:
@@ -86,6 +85,11 @@ async def _thread_cpu() -> float:
     return time.thread_time()
 
 
+def _record(n: int) -> bytes:
+    """Record `n`: about 200 bytes of JSON, its number first (`_last_seen` reads it back)."""
+    return json.dumps({"n": n, "pad": "x" * 200}).encode()
+
+
 def _last_seen(stream: Any) -> int:
     """The last record's number the stream got (read from the tail of what was written: cheap, as this runs
     beside the loop and holds the GIL while it looks)."""
@@ -96,14 +100,6 @@ def _last_seen(stream: Any) -> int:
 
 def _reached(stream: Any, n: int) -> bool:
     return _last_seen(stream) >= n
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the streams did not get every record in time")
-        time.sleep(0.002)
 
 
 def main() -> None:

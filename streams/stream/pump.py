@@ -13,7 +13,6 @@ import asyncio
 import enum
 import logging
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any
 
 from django.conf import settings
 
@@ -99,16 +98,11 @@ class Output:
         self.last_write = loop.time()
         self.written = 0  # bytes
 
-    def write_now(self, data: bytes) -> None:
-        """Write through the flow, here and now (the hub's writes and the keep-alive's, which never wait)."""
+    def write_now(self, data: bytes, at: float | None = None) -> None:
+        """Write through the flow, here and now (the hub's writes and the keep-alive's, which never wait),
+        stamped `at` the time of the write it copies (a fan-out's follower), else now."""
         self.flow.write(data)  # type: ignore[union-attr]  # only a connection with a flow is written to directly
-        self.last_write = self.loop.time()
-        self.written += len(data)
-
-    def copy(self, data: bytes, leader: Output) -> None:
-        """Write what `leader` wrote a moment ago, in the same fan-out: stamped with its time, as one write."""
-        self.flow.write(data)  # type: ignore[union-attr]  # only a connection with a flow is written to directly
-        self.last_write = leader.last_write
+        self.last_write = self.loop.time() if at is None else at
         self.written += len(data)
 
     async def write(self, data: bytes) -> None:
@@ -224,12 +218,12 @@ class DirectWrites:
             self.wake()
         return data
 
-    def adopt(self, leader: Any, data: bytes) -> None:
+    def adopt(self, leader: Pump, data: bytes) -> None:
         """Write what `leader` (a pump whose share key equals this one's) just wrote, and take its position."""
-        lead: DirectWrites = leader.direct
+        lead = leader.direct
         self.reader.take_position(lead.reader, lead.intake.shared_delivered)
         if data:
-            self.out.copy(data, lead.out)
+            self.out.write_now(data, lead.out.last_write)
         if lead.intake.shared_pending or self.out.flow.paused:  # type: ignore[union-attr]  # shared: it has one
             self.wake()
 
