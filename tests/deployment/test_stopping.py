@@ -100,6 +100,15 @@ def answers(port: int) -> bool:
         return False
 
 
+# `make run` as a terminal starts it: its signals at their defaults, whatever this suite inherited (a suite run
+# under `nohup` ignores SIGHUP, and a shell cannot trap a signal that was ignored when it started).
+AS_IN_A_TERMINAL = (
+    "import os, signal\n"
+    "for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM): signal.signal(signum, signal.SIG_DFL)\n"
+    "os.execvp('make', ['make', '--no-print-directory', 'run'])"
+)
+
+
 @dataclass
 class Run:
     process: subprocess.Popen[bytes]
@@ -145,7 +154,7 @@ def start(var_dir: Path, name: str) -> Run:
     log = var_dir / f"{name}.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
-            ["make", "--no-print-directory", "run"],
+            [sys.executable, "-c", AS_IN_A_TERMINAL],
             cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
