@@ -22,6 +22,23 @@ from streams.hub.topic_state import TopicState
 from streams.kafka.client import Metadata, Watermarks
 
 SINCE_KEYS_KEPT = 1024
+
+
+class SinceLookup:
+    """One `?since=` lookup in flight or answered. Its age counts from the answer, not the question: a lookup
+    slower than SSE_SINCE_CACHE_S (a loaded broker) is still shared by the streams asking right after it."""
+
+    __slots__ = ("answered_at", "task")
+
+    def __init__(self, task: asyncio.Task[dict[int, int]], loop: asyncio.AbstractEventLoop) -> None:
+        self.task = task
+        self.answered_at: float | None = None
+        task.add_done_callback(lambda _: setattr(self, "answered_at", loop.time()))
+
+    def older_than(self, moment: float) -> bool:
+        return self.answered_at is not None and self.answered_at < moment
+
+
 WATERMARKS_REUSE_S = 0.2  # streams starting together share one lookup (a reconnect storm sends one, not 10 000)
 
 
@@ -35,8 +52,8 @@ class Positions:
 class StartFinder:
     def __init__(self, metadata: Metadata, cache: Cache, loop: asyncio.AbstractEventLoop) -> None:
         self.metadata, self.cache, self.loop = metadata, cache, loop
-        # (topic, since ms) -> (when asked, the lookup): `?since=` answers shared by streams asking the same
-        self.since: OrderedDict[tuple[str, int], tuple[float, asyncio.Task[dict[int, int]]]] = OrderedDict()
+        # (topic, since ms) -> the lookup: `?since=` answers shared by streams asking the same
+        self.since: OrderedDict[tuple[str, int], SinceLookup] = OrderedDict()
 
     async def positions(
         self, state: TopicState, *, resumed: Mapping[int, int] | None, start: str, since_ms: int | None
@@ -77,15 +94,14 @@ class StartFinder:
         same within SSE_SINCE_CACHE_S. An answer of -1 (no record yet at that time) is not kept: a record may
         come any moment, while a found offset stays the answer (later records get later offsets)."""
         key = (state.name, since_ms)
-        now = self.loop.time()
         found = self.since.get(key)
-        if found is None or now - found[0] > settings.SSE_SINCE_CACHE_S:
+        if found is None or found.older_than(self.loop.time() - settings.SSE_SINCE_CACHE_S):
             lookup = self.metadata.offsets_for_time(state.name, state.info.partitions, since_ms)
-            found = self.since[key] = (now, self.loop.create_task(lookup))
+            found = self.since[key] = SinceLookup(self.loop.create_task(lookup), self.loop)
             while len(self.since) > SINCE_KEYS_KEPT:
                 self.since.popitem(last=False)
         try:
-            offsets = await asyncio.shield(found[1])
+            offsets = await asyncio.shield(found.task)
         except Exception:
             self._forget(key, found)
             raise
@@ -93,7 +109,7 @@ class StartFinder:
             self._forget(key, found)
         return offsets
 
-    def _forget(self, key: tuple[str, int], found: tuple[float, asyncio.Task[dict[int, int]]]) -> None:
+    def _forget(self, key: tuple[str, int], found: SinceLookup) -> None:
         if self.since.get(key) is found:
             del self.since[key]
 

@@ -67,9 +67,11 @@ class CountingMetadata:
         self.real = Metadata(django_settings.KAFKA)
         self.calls = 0
         self.failing = False
+        self.delay = 0.0  # seconds added to each lookup: a loaded broker
 
     async def offsets_for_time(self, topic: str, partitions: list[int], epoch_ms: int) -> dict[int, int]:
         self.calls += 1
+        await asyncio.sleep(self.delay)
         if self.failing:
             raise KafkaUnavailableError("the broker is unreachable")
         return await self.real.offsets_for_time(topic, partitions, epoch_ms)
@@ -117,6 +119,23 @@ async def test_since_lookups_are_shared_and_kept_for_the_setting(settings: Any, 
     await asyncio.sleep(3.1)
     await starts._offsets_for_time(state, base + 1500)
     assert metadata.calls == 3  # older than SSE_SINCE_CACHE_S: asked again
+
+
+@pytest.mark.asyncio
+async def test_a_since_lookup_slower_than_the_setting_is_kept_from_its_answer(
+    settings: Any, new_topic: Callable[..., str]
+) -> None:
+    settings.SSE_SINCE_CACHE_S = 0.5
+    topic, base = await asyncio.to_thread(timed_topic, new_topic)
+    metadata = CountingMetadata()
+    metadata.delay = 1.0  # the lookup outlasts the setting
+    starts, state = finder(metadata, topic)
+    assert await starts._offsets_for_time(state, base + 1500) == {0: 1, 1: 1}
+    assert await starts._offsets_for_time(state, base + 1500) == {0: 1, 1: 1}
+    assert metadata.calls == 1  # the answer is fresh, though the question is older than the setting
+    await asyncio.sleep(0.6)
+    await starts._offsets_for_time(state, base + 1500)
+    assert metadata.calls == 2
 
 
 @pytest.mark.asyncio
