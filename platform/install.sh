@@ -5,6 +5,8 @@
 #   - Apache Kafka's jars for the embedded broker, copied by Maven from the pom
 #     in platform/kafka/ into a cache outside the checkout (kept across clones;
 #     skipped when the cache for this pom exists),
+#   - the tests' schema registry (Apicurio Registry, built already), copied the
+#     same way from the pom in platform/registry/ and unpacked in that cache,
 #   - a Python 3.11 virtualenv at .venv with the project installed
 #     (pip install -e '.[dev]'), skipped when .venv/.installed-<sha256 of
 #     pyproject.toml> exists.
@@ -106,5 +108,20 @@ if [ ! -e "$kafka_jars/.complete" ]; then
     quietly mvn -q -B -f platform/kafka/pom.xml dependency:copy-dependencies \
         -DincludeScope=runtime -DoutputDirectory="$kafka_jars"
     touch "$kafka_jars/.complete"
+    say "done"
+fi
+
+# --- The tests' schema registry ---------------------------------------------------
+# Apicurio Registry's release archive (a Quarkus runner jar and its lib/), in a directory named after the pom's
+# hash as for Kafka; embedded_registry.py finds it the same way. The archive stays in ~/.m2 only.
+registry_app="$(.venv/bin/python platform/embedded_registry.py app-dir)"
+if [ ! -e "$registry_app/.complete" ]; then
+    say "fetching Apicurio Registry with Maven into $registry_app"
+    rm -rf "$registry_app"
+    mkdir -p "$registry_app"
+    quietly mvn -q -B -f platform/registry/pom.xml dependency:copy -DoutputDirectory="$registry_app"
+    tar -xzf "$registry_app/apicurio-registry.tar.gz" -C "$registry_app"
+    rm "$registry_app/apicurio-registry.tar.gz"
+    touch "$registry_app/.complete"
     say "done"
 fi
