@@ -1,4 +1,5 @@
-"""Fixtures over the real services: Postgres (pytest-django), the Kafka-protocol broker, a live daphne."""
+"""Fixtures over the real services: Postgres (pytest-django), the Kafka-protocol broker, a live daphne, a schema
+registry."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from django.conf import settings
 
 from streams.kafka.admin import ensure_topic
 from tests.support.inprocess import LoopThread
-from tests.support.servers import start_daphne, stop_web, web_started
+from tests.support.servers import start_daphne, start_schema_registry, stop_web, web_started
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -135,6 +136,16 @@ def daphne_url(django_db_setup: None, django_db_blocker: object) -> Iterator[str
 def health(daphne_url: str) -> dict[str, int]:
     body: dict[str, int] = httpx.get(f"{daphne_url}/-/health", timeout=5).json()
     return body
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[str]:
+    """A real Confluent-compatible schema registry for the run, started on first use: the URL of its API."""
+    registry = start_schema_registry()
+    try:
+        yield registry.url
+    finally:
+        registry.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Real processes the integration tests start themselves: daphne, Apache Kafka brokers, a cuttable TCP proxy.
+"""Real processes the integration tests start themselves: daphne, Apache Kafka brokers, a cuttable TCP proxy,
+a schema registry.
 
 Not a conftest: test modules import what they need. Nothing here imports `tests.conftest` (conftest imports
 this module).
@@ -36,6 +37,7 @@ STOP_GRACE_S = 10.0
 sys.path.append(str(ROOT / "platform"))
 import embedded  # noqa: E402
 import embedded_kafka  # noqa: E402
+import embedded_registry  # noqa: E402
 
 
 def free_port() -> int:
@@ -498,3 +500,17 @@ def kafka_behind_proxy(name: str = "test-kafka-proxied") -> Iterator[tuple[Kafka
             cluster.stop()
     finally:
         proxy.close()
+
+
+# --------------------------------------------------------------------------
+# A schema registry
+# --------------------------------------------------------------------------
+
+
+def start_schema_registry() -> embedded_registry.Registry:
+    """A fresh Apicurio Registry (storage in memory) on a free port, once its Confluent API answers; its `url`
+    is that API's. Output in var/test-schema-registry.log, rewritten at each start."""
+    try:
+        return embedded_registry.start(VAR / "test-schema-registry.log")
+    except embedded.ServiceError as exc:
+        pytest.fail(str(exc))
