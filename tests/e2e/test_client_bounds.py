@@ -1,19 +1,23 @@
 """What one client address can hold of a web worker, with the settings a user gets: streams that wait on a shut
-HTTP/2 window cost no CPU while they wait.
+HTTP/2 window cost no CPU while they wait; a reader that takes a trickle is closed once it fails to catch up in
+SSE_CATCH_UP_S.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import h2.exceptions
 import pytest
 
+from bindings.selectors import START_LIVE
 from tests.conftest import wait_until
-from tests.e2e.test_http2 import web_with_https
-from tests.e2e.test_zilla_scenarios import route
+from tests.e2e.test_http2 import SMALL_BUFFERS, value, web_with_https
+from tests.e2e.test_zilla_scenarios import Produce, route
 from tests.support.h2client import H2Client
 from tests.support.servers import children
 
@@ -64,3 +68,37 @@ def test_http2_streams_waiting_on_a_shut_window_cost_no_cpu(new_topic: Callable[
             for client in clients:
                 client.close()
     assert spent < 0.15, f"{spent:.2f} s of CPU in 5 s for 100 waiting streams"  # before: 0.30-0.32 s
+
+
+def test_a_reader_that_takes_a_trickle_is_closed_once_it_fails_to_catch_up(
+    new_topic: Callable[..., str], produce: Produce
+) -> None:
+    """A reader that takes a little at a time never stays full for long: the stall clock, which restarted on every
+    drain, never closed it, and it held a reader of history for as long as it liked."""
+    with web_with_https(**SMALL_BUFFERS, SSE_CATCH_UP_S="3") as web:
+        topic = new_topic()
+        for index in range(640):  # 20 MiB, more than the cache (4 MiB): the stream replays it through Kafka
+            produce(topic, value(index, 32 * 1024))
+        client = H2Client(web.tls_port)
+        client.get(route(topic, start=START_LIVE))  # brings the topic into the cache from its end
+        wait_until(lambda: web.health().get("cached_topics") == 1)
+        stream = client.get(route(topic))  # from the earliest offset, long gone from the cache
+        client.stall(stream)
+        started = time.monotonic()
+        try:
+            wait_until(lambda: web.health()["historical_readers"] == 1)
+            # 64 KiB every 100 ms: the stream's queue empties within a second each time it fills, but 20 MiB take
+            # half a minute.
+            while time.monotonic() - started < 30 and stream not in client.reset and not client.lost:
+                client.pump(timeout=0.1)
+                with contextlib.suppress(h2.exceptions.StreamClosedError):
+                    client.open_window(stream, 64 * 1024)
+            closed_after = time.monotonic() - started
+            assert stream in client.reset, f"open after {closed_after:.1f} s, {client.received.get(stream)} bytes read"
+            assert closed_after < 15, f"closed after {closed_after:.1f} s"
+            assert client.received[stream] < 640 * 32 * 1024
+            assert not client.lost  # the stream is reset, not its connection
+            assert web.health()["closed_slow"] == 1
+            wait_until(lambda: web.health()["historical_readers"] == 0)  # the reader of history it held is given back
+        finally:
+            client.close()
