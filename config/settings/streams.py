@@ -60,8 +60,11 @@ SSE_METRICS_TOKEN = envstr("SSE_METRICS_TOKEN", default="")
 SSE_MAX_STREAMS = envint("SSE_MAX_STREAMS", default=20_000, minimum=0)
 # Streams one client address / one guard identity may hold open per endpoint in one process (0: no limit); an
 # endpoint may set its own. Behind a proxy, run daphne with --proxy-headers so the address is the client's.
-SSE_MAX_STREAMS_PER_CLIENT = envint("SSE_MAX_STREAMS_PER_CLIENT", default=0, minimum=0)
+SSE_MAX_STREAMS_PER_CLIENT = envint("SSE_MAX_STREAMS_PER_CLIENT", default=100, minimum=0)
 SSE_MAX_STREAMS_PER_IDENTITY = envint("SSE_MAX_STREAMS_PER_IDENTITY", default=0, minimum=0)
+# Connections one client address (the socket's peer: a proxy is one address) may hold open in one process (0: no
+# limit); past it a connection is closed as soon as it is accepted. HTTP/2 gives each connection up to 100 streams.
+SSE_MAX_CONNECTIONS_PER_CLIENT = envint("SSE_MAX_CONNECTIONS_PER_CLIENT", default=100, minimum=0)
 SSE_LIMIT_RETRY_AFTER_S = envint("SSE_LIMIT_RETRY_AFTER_S", default=5, minimum=1, maximum=3600)
 # Challenge responses one identity (or, without a valid token, one address) may send per minute (0: no limit).
 SSE_MAX_CHALLENGE_RESPONSES_PER_MIN = envint("SSE_MAX_CHALLENGE_RESPONSES_PER_MIN", default=60, minimum=0)

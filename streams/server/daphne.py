@@ -8,7 +8,8 @@ close it past a bound (it resumes from its Last-Event-ID). Why, and which Twiste
 docs/decisions/0001-daphne-with-write-flow-control.md.
 
 Over HTTP/2 a response is one stream of a shared connection: `StreamFlow` pauses and closes that stream alone
-(docs/request-lifecycle.md, "HTTP/2"), woken by its connection (streams/server/http2.py), never by a timer.
+(docs/request-lifecycle.md, "HTTP/2"), woken by its connection (streams/server/http2.py), never by a timer. Each
+client address holds at most `SSE_MAX_CONNECTIONS_PER_CLIENT` connections (streams/server/peers.py).
 
 Run with `python -m streams.server` and daphne's usual arguments; `--tls-fd`, `--tls-cert` and `--tls-key` add
 HTTPS, with HTTP/2, on an inherited listening socket (streams/server/tls.py), as platform/web.py starts it.
@@ -27,6 +28,7 @@ from typing import Any
 import daphne.server  # noqa: F401  (installs the asyncio reactor before anything imports twisted's)
 from daphne.cli import CommandLineInterface
 from daphne.server import Server
+from django.conf import settings
 from h2.exceptions import H2Error
 from twisted.internet import reactor, tcp
 from twisted.internet.error import ConnectionLost
@@ -37,6 +39,7 @@ from zope.interface import implementer
 
 from config.logs import log_access
 from streams.server import http2
+from streams.server.peers import PeerConnections
 from streams.server.tls import TlsError, TlsListener, certificate_options, listen_tls
 
 FLOW_EXTENSION = "sse.flow"
@@ -220,6 +223,7 @@ class FlowControlServer(Server):  # type: ignore[misc]
     def __init__(self, *args: Any, tls: TlsListener | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tls = tls
+        self.peers = PeerConnections(settings.SSE_MAX_CONNECTIONS_PER_CLIENT)
 
     def run(self) -> None:
         http2.install()
@@ -240,6 +244,8 @@ class FlowControlServer(Server):  # type: ignore[misc]
         super().listen_success(port)
         if isinstance(port, tcp.Port):
             accept_eagerly(port)
+        if hasattr(port, "factory"):
+            self.peers.limit(port)
 
     def _listen_tls(self, tls: TlsListener, options: Any) -> None:
         # Called once the reactor runs, when daphne's `run` has built the HTTP factory the TLS one wraps.

@@ -1,12 +1,13 @@
 """What one client address can hold of a web worker, with the settings a user gets: streams that wait on a shut
 HTTP/2 window cost no CPU while they wait; a reader that takes a trickle is closed once it fails to catch up in
-SSE_CATCH_UP_S.
+SSE_CATCH_UP_S; streams and connections per address are capped, HTTP/2 included.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,12 +17,14 @@ import pytest
 
 from bindings.selectors import START_LIVE
 from tests.conftest import wait_until
-from tests.e2e.test_http2 import SMALL_BUFFERS, value, web_with_https
+from tests.e2e.test_http2 import SMALL_BUFFERS, https_client, value, web_with_https
 from tests.e2e.test_zilla_scenarios import Produce, route
-from tests.support.h2client import H2Client
-from tests.support.servers import children
+from tests.support.h2client import H2Client, tls_context
+from tests.support.servers import HOST, children
 
 pytestmark = pytest.mark.django_db(transaction=True)
+DEFAULT_STREAMS_PER_CLIENT = 100  # SSE_MAX_STREAMS_PER_CLIENT's default
+DEFAULT_CONNECTIONS_PER_CLIENT = 100  # SSE_MAX_CONNECTIONS_PER_CLIENT's default
 
 
 def cpu_seconds(pid: int) -> float:
@@ -68,6 +71,62 @@ def test_http2_streams_waiting_on_a_shut_window_cost_no_cpu(new_topic: Callable[
             for client in clients:
                 client.close()
     assert spent < 0.15, f"{spent:.2f} s of CPU in 5 s for 100 waiting streams"  # before: 0.30-0.32 s
+
+
+def test_http2_streams_past_the_per_address_cap_are_refused(new_topic: Callable[..., str]) -> None:
+    with web_with_https() as web:
+        clients = open_zero_window_streams(web.tls_port, route(new_topic()), connections=2, per_connection=75)
+        try:
+            assert statuses(clients) == [200] * DEFAULT_STREAMS_PER_CLIENT + [429] * 50
+            assert web.health()["streams"] == DEFAULT_STREAMS_PER_CLIENT
+        finally:
+            for client in clients:
+                client.close()
+
+
+def answered_over_http1(port: int) -> bool:
+    """Whether the plain port answers a request on a new connection (a refused one is closed unanswered)."""
+    with socket.create_connection((HOST, port), timeout=5) as sock:
+        try:
+            sock.sendall(b"GET /-/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            return sock.recv(64).startswith(b"HTTP/1.1 200")
+        except OSError:
+            return False
+
+
+def tls_handshake_succeeds(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=5) as raw:
+            tls_context(["h2"]).wrap_socket(raw, server_hostname="localhost").close()
+    except OSError:
+        return False
+    return True
+
+
+def test_connections_past_the_per_address_cap_are_closed_on_either_port() -> None:
+    with web_with_https() as web:
+        port = int(web.port)
+        held = [socket.create_connection((HOST, port), timeout=5) for _ in range(DEFAULT_CONNECTIONS_PER_CLIENT - 1)]
+        tls = H2Client(web.tls_port)
+        try:  # the last one this address may hold, over TLS: the ports share one count
+            # the last one this address may hold, over TLS: the ports share one count
+            tls.get("/-/health")
+
+            def tls_answered() -> bool:
+                tls.pump(0.1)
+                return bool(tls.status)
+
+            wait_until(tls_answered)
+            assert not answered_over_http1(port)
+            assert not tls_handshake_succeeds(web.tls_port)
+            held.pop().close()
+            assert wait_until(lambda: answered_over_http1(port))  # a connection closed makes room for another
+        finally:
+            tls.close()
+            for sock in held:
+                sock.close()
+        with https_client(http2=True) as client:
+            assert client.get(f"{web.https}/-/health").status_code == 200
 
 
 def test_a_reader_that_takes_a_trickle_is_closed_once_it_fails_to_catch_up(
