@@ -25,7 +25,8 @@ SSE_MAX_PENDING_BYTES = envint("SSE_MAX_PENDING_BYTES", default=1024 * 1024, min
 SSE_STALL_GRACE_MS = envint("SSE_STALL_GRACE_MS", default=2000, minimum=0)
 # Any client whose connection is full must, within this many seconds, take everything that was pending for it when
 # it filled; one that does not is closed however little it drains (it resumes with Last-Event-ID), so a reader
-# that takes a trickle, or nothing at all, holds no stream, no reader of history and no memory for long.
+# that takes a trickle, or nothing at all, holds no stream, no reader of history and no memory for long. An HTTP/2
+# response that has ended while its body still waits for the client's window is reset after as long.
 SSE_CATCH_UP_S = envint("SSE_CATCH_UP_S", default=30, minimum=1, maximum=3600)
 # A stream whose read position has not moved for this long while its client reads and its partitions grew is
 # logged and counted as stalled (`/-/health`): the symptom of a defect, made visible instead of silent.

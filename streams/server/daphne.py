@@ -50,7 +50,7 @@ REQUEST_INTERNALS = ("startedWriting", "chunked", "finished", "sentLength", "_di
 STREAM_BUFFER = 64 * 1024  # as on HTTP/1.1, where Twisted pauses a response past 64 KiB in its buffer
 # ...and, over HTTP/2, the ones `StreamFlow` reads.
 STREAM_INTERNALS = ("_conn", "streamID")
-CONNECTION_INTERNALS = ("_outboundStreamQueues", "_sendingDeferred", "priority", "conn", "streams")
+CONNECTION_INTERNALS = ("_outboundStreamQueues", "_sendingDeferred", "priority", "conn", "streams", "_reactor")
 CONNECTION_HOOKS = http2.CONNECTION_HOOKS  # ...and the methods `WindowAwareH2Connection` extends
 # How many connections a listening port may accept in one turn of the loop (it stops sooner when none is waiting).
 ACCEPTS_PER_TURN = 1000
@@ -281,7 +281,10 @@ class FlowControlServer(Server):  # type: ignore[misc]
         if ending and getattr(protocol, "producer", None) is not None and protocol.channel is not None:
             # Unregister before the response ends, or Twisted logs "Producer was not unregistered".
             protocol.unregisterProducer()
+        stream = protocol.channel if ending and is_http2(protocol) else None
         await super().handle_reply(protocol, message)
+        if stream is not None:
+            http2.reset_if_unsent(stream, settings.SSE_CATCH_UP_S)
 
 
 def accept_eagerly(port: tcp.Port) -> None:

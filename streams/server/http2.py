@@ -11,7 +11,8 @@ streams of neither:
 loop: Twisted's loop would otherwise take it on every turn, find nothing it may send, and turn over at once, a busy
 loop for as long as the peer keeps the window shut (measured: 60 % of a core), whatever the stream's producer, so
 a refusal answered to a peer that never opens its window is held as cheaply as a stream. The stream's producer
-hears of each frame through `frame_sent()`, when it has one (`StreamFlow` in streams/server/daphne.py).
+hears of each frame through `frame_sent()`, when it has one (`StreamFlow` in streams/server/daphne.py). A response
+that has ended but still waits for a window that never opens is reset after a while (`reset_if_unsent`).
 
 `install()` makes Twisted's HTTP channel build this connection when a TLS client chooses `h2`. What it relies on
 (`_requestReceived`, `_sendPrioritisedData`, `_handleWindowUpdate`, `_outboundStreamQueues`, `_sendingDeferred`,
@@ -20,9 +21,11 @@ hears of each frame through `frame_sent()`, when it has one (`StreamFlow` in str
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from typing import Any
 
+from h2.exceptions import H2Error
 from twisted.web import http
 from twisted.web._http2 import H2Connection
 
@@ -75,6 +78,22 @@ class WindowAwareH2Connection(H2Connection):
             # nothing it may send yet, it finds none again and sleeps.
             waiting, self._sendingDeferred = self._sendingDeferred, None
             waiting.callback(event.stream_id)
+
+
+def reset_if_unsent(stream: Any, delay_s: float) -> None:
+    """A response that has ended while bytes of it still wait for the peer's window (a refusal answered to a client
+    that never opens it) holds its stream, request and queue until the peer takes them: reset it if it still waits
+    after `delay_s`, so a client cannot pile up finished responses by the thousand."""
+    connection, stream_id = stream._conn, stream.streamID
+    if not connection._outboundStreamQueues.get(stream_id):
+        return
+
+    def reset() -> None:
+        if connection.streams.get(stream_id) is stream:
+            with contextlib.suppress(H2Error, KeyError):
+                stream.abortConnection()
+
+    connection._reactor.callLater(delay_s, reset)
 
 
 def install() -> None:

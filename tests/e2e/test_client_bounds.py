@@ -161,3 +161,21 @@ def test_a_reader_that_takes_a_trickle_is_closed_once_it_fails_to_catch_up(
             wait_until(lambda: web.health()["historical_readers"] == 0)  # the reader of history it held is given back
         finally:
             client.close()
+
+
+def test_a_refusal_held_by_a_shut_http2_window_is_reset_after_the_catch_up_bound() -> None:
+    """A response that has ended, but whose body waits for a window the client never opens, held its stream, request
+    and queue for as long as the connection lived: 100 streams per connection, 100 connections per address."""
+    with web_with_https(SSE_CATCH_UP_S="2") as web:
+        (client,) = open_zero_window_streams(web.tls_port, "/no-such-route", connections=1, per_connection=10)
+        try:
+            assert statuses([client]) == [404] * 10  # the headers go out; the problem body waits for the window
+
+            def all_reset() -> bool:
+                client.pump(timeout=0.1)
+                return len(client.reset) == 10
+
+            wait_until(all_reset, timeout=20)
+            assert not client.lost  # the streams are reset, not the connection
+        finally:
+            client.close()
