@@ -211,9 +211,11 @@ def probe(url: str, pids: list[int], streams: int, per_connection: int, hold_s: 
     deadline = time.monotonic() + ANSWER_TIMEOUT_S
     while time.monotonic() < deadline and not all(c.settled() for c in connections):
         time.sleep(0.1)
+    rss_before = sum(harness.rss_mb(pid) or 0 for pid in pids)
     before, started = cpu_seconds(pids), time.monotonic()
     time.sleep(hold_s)
     spent, held = cpu_seconds(pids) - before, time.monotonic() - started
+    rss = sum(harness.rss_mb(pid) or 0 for pid in pids)
     stop.set()
     for connection in connections:
         connection.join(5)
@@ -228,6 +230,7 @@ def probe(url: str, pids: list[int], streams: int, per_connection: int, hold_s: 
         ("connections refused", str(sum(t.refused for t in tallies))),
         ("connections closed", str(sum(t.closed for t in tallies))),
         ("server CPU over the hold", f"{100 * spent / held:.1f} % of one core ({spent:.2f} s in {held:.1f} s)"),
+        ("server RSS at the end", f"{rss:.0f} MB ({rss - rss_before:+.0f} MB over the hold)"),
     ]
 
 
