@@ -341,6 +341,12 @@ class KeepAlive:
 
     def _fire(self) -> None:
         loop = self.out.loop
-        if loop.time() - self.out.last_write >= self.interval:
+        now = loop.time()
+        if now - self.out.last_write >= self.interval:
             self.idle()
-        self.timer = loop.call_at(self.out.last_write + self.interval, self._fire)
+        due = self.out.last_write + self.interval
+        if due <= now:
+            # `idle` wrote nothing (a full connection gets the comment with its next write): look again an interval
+            # from now, or this timer, due in the past, would fire on every turn of the loop until the client reads.
+            due = now + self.interval
+        self.timer = loop.call_at(due, self._fire)

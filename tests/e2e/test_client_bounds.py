@@ -19,6 +19,7 @@ from bindings.selectors import START_LIVE
 from tests.conftest import wait_until
 from tests.e2e.test_http2 import SMALL_BUFFERS, https_client, value, web_with_https
 from tests.e2e.test_zilla_scenarios import Produce, route
+from tests.streams.edge.test_limits import route_on
 from tests.support.h2client import H2Client, tls_context
 from tests.support.servers import HOST, children
 
@@ -54,10 +55,13 @@ def statuses(clients: list[H2Client]) -> list[int]:
 
 
 def test_http2_streams_waiting_on_a_shut_window_cost_no_cpu(new_topic: Callable[..., str]) -> None:
-    """Before, each paused stream re-armed a 20 ms timer and its pump woke every 250 ms: 100 such streams kept a
-    worker busy. Now a paused stream is woken by its window opening, or when one of its bounds is due."""
+    """Before, each paused stream re-armed a 20 ms timer and its pump woke every 250 ms, and once its keep-alive was
+    due its timer fired on every turn of the loop: 100 such streams kept a worker busy. Now a paused stream is
+    woken by its window opening, or when one of its bounds is due. The keep-alive comes every second here, so
+    that the measurement sees many of them."""
     with web_with_https() as web:
-        clients = open_zero_window_streams(web.tls_port, route(new_topic()), connections=2, per_connection=50)
+        path = route_on(new_topic(), keepalive_s=1)
+        clients = open_zero_window_streams(web.tls_port, path, connections=2, per_connection=50)
         try:
             assert statuses(clients) == [200] * 100
             wait_until(lambda: web.health()["streams"] == 100)
