@@ -18,13 +18,18 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+class PeerStats:
+    """Connections refused in this process for their address's limit (`/-/health`)."""
+
+    refused = 0
+
+
 class PeerConnections:
     """How many connections each client address holds open in this process, and the refusals past `maximum`."""
 
     def __init__(self, maximum: int) -> None:
         self.maximum = maximum  # 0: no limit
         self.open: Counter[str] = Counter()
-        self.refused = 0
 
     def limit(self, port: Any) -> None:
         """Count the connections `port` accepts from now on, and refuse those past the limit."""
@@ -32,13 +37,13 @@ class PeerConnections:
 
     def admit(self, host: str) -> bool:
         if self.maximum and self.open[host] >= self.maximum:
-            self.refused += 1
-            if self.refused == 1 or self.refused % 1000 == 0:  # a flood is not logged line by line
+            PeerStats.refused += 1
+            if PeerStats.refused == 1 or PeerStats.refused % 1000 == 0:  # a flood is not logged line by line
                 log.warning(
-                    "refused a connection from %s: it holds %d, SSE_MAX_CONNECTIONS_PER_CLIENT (%d refused so far)",
+                    "refused a connection from %s, which holds %d (SSE_MAX_CONNECTIONS_PER_CLIENT); %d refused so far",
                     host,
                     self.open[host],
-                    self.refused,
+                    PeerStats.refused,
                 )
             return False
         self.open[host] += 1

@@ -17,7 +17,7 @@ import pytest
 
 from bindings.selectors import START_LIVE
 from tests.conftest import wait_until
-from tests.e2e.test_http2 import SMALL_BUFFERS, https_client, value, web_with_https
+from tests.e2e.test_http2 import SMALL_BUFFERS, value, web_with_https
 from tests.e2e.test_zilla_scenarios import Produce, route
 from tests.streams.edge.test_limits import route_on
 from tests.support.h2client import H2Client, tls_context
@@ -129,8 +129,7 @@ def test_connections_past_the_per_address_cap_are_closed_on_either_port() -> Non
             tls.close()
             for sock in held:
                 sock.close()
-        with https_client(http2=True) as client:
-            assert client.get(f"{web.https}/-/health").status_code == 200
+        assert web.health()["connections_refused"] >= 2  # more if the retry above came before the close was seen
 
 
 def test_a_reader_that_takes_a_trickle_is_closed_once_it_fails_to_catch_up(
