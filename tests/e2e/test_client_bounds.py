@@ -111,9 +111,8 @@ def test_connections_past_the_per_address_cap_are_closed_on_either_port() -> Non
     with web_with_https() as web:
         port = int(web.port)
         held = [socket.create_connection((HOST, port), timeout=5) for _ in range(DEFAULT_CONNECTIONS_PER_CLIENT - 1)]
-        tls = H2Client(web.tls_port)
-        try:  # the last one this address may hold, over TLS: the ports share one count
-            # the last one this address may hold, over TLS: the ports share one count
+        tls = H2Client(web.tls_port)  # the last one this address may hold, over TLS: the ports share one count
+        try:
             tls.get("/-/health")
 
             def tls_answered() -> bool:
