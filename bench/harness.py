@@ -343,6 +343,9 @@ class Scenario:
             "DJANGO_DEBUG": "0",
             "LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
+            # The load generator's thousands of clients all come from 127.0.0.1.
+            "SSE_MAX_STREAMS_PER_CLIENT": "0",
+            "SSE_MAX_CONNECTIONS_PER_CLIENT": "0",
             **self.server_env,
         }
         if self.opts.processes == 1:

@@ -125,8 +125,10 @@ def produce(producer: Producer) -> Callable[..., tuple[int, int]]:
 
 @pytest.fixture(scope="session")
 def daphne_url(django_db_setup: None, django_db_blocker: object) -> Iterator[str]:
-    """daphne serving the platform on a free port, on the test database; yields its base URL."""
-    server = start_daphne({}, log_name="test-daphne")
+    """daphne serving the platform on a free port, on the test database; yields its base URL. Every test's client
+    comes from 127.0.0.1, so the per-address limits are off here (tests of the limits start servers of their own)."""
+    unlimited = {"SSE_MAX_STREAMS_PER_CLIENT": "0", "SSE_MAX_CONNECTIONS_PER_CLIENT": "0"}
+    server = start_daphne(unlimited, log_name="test-daphne")
     try:
         yield server.url
     finally:

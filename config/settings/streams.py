@@ -23,6 +23,11 @@ SSE_COALESCE_MS = envint("SSE_COALESCE_MS", default=20, minimum=0, maximum=1000)
 SSE_MAX_PENDING_BYTES = envint("SSE_MAX_PENDING_BYTES", default=1024 * 1024, minimum=64 * 1024)
 # ...once its connection has been full, draining nothing, for this long (a replay fills it for a moment).
 SSE_STALL_GRACE_MS = envint("SSE_STALL_GRACE_MS", default=2000, minimum=0)
+# Any client whose connection is full must, within this many seconds, take everything that was pending for it when
+# it filled; one that does not is closed however little it drains (it resumes with Last-Event-ID), so a reader
+# that takes a trickle, or nothing at all, holds no stream, no reader of history and no memory for long. An HTTP/2
+# response that has ended while its body still waits for the client's window is reset after as long.
+SSE_CATCH_UP_S = envint("SSE_CATCH_UP_S", default=30, minimum=1, maximum=3600)
 # A stream whose read position has not moved for this long while its client reads and its partitions grew is
 # logged and counted as stalled (`/-/health`): the symptom of a defect, made visible instead of silent.
 SSE_STALL_NOTICE_S = envint("SSE_STALL_NOTICE_S", default=30, minimum=1)
@@ -56,8 +61,11 @@ SSE_METRICS_TOKEN = envstr("SSE_METRICS_TOKEN", default="")
 SSE_MAX_STREAMS = envint("SSE_MAX_STREAMS", default=20_000, minimum=0)
 # Streams one client address / one guard identity may hold open per endpoint in one process (0: no limit); an
 # endpoint may set its own. Behind a proxy, run daphne with --proxy-headers so the address is the client's.
-SSE_MAX_STREAMS_PER_CLIENT = envint("SSE_MAX_STREAMS_PER_CLIENT", default=0, minimum=0)
+SSE_MAX_STREAMS_PER_CLIENT = envint("SSE_MAX_STREAMS_PER_CLIENT", default=100, minimum=0)
 SSE_MAX_STREAMS_PER_IDENTITY = envint("SSE_MAX_STREAMS_PER_IDENTITY", default=0, minimum=0)
+# Connections one client address (the socket's peer: a proxy is one address) may hold open in one process (0: no
+# limit); past it a connection is closed as soon as it is accepted. HTTP/2 gives each connection up to 100 streams.
+SSE_MAX_CONNECTIONS_PER_CLIENT = envint("SSE_MAX_CONNECTIONS_PER_CLIENT", default=100, minimum=0)
 SSE_LIMIT_RETRY_AFTER_S = envint("SSE_LIMIT_RETRY_AFTER_S", default=5, minimum=1, maximum=3600)
 # Challenge responses one identity (or, without a valid token, one address) may send per minute (0: no limit).
 SSE_MAX_CHALLENGE_RESPONSES_PER_MIN = envint("SSE_MAX_CHALLENGE_RESPONSES_PER_MIN", default=60, minimum=0)

@@ -41,6 +41,7 @@ from streams.edge.metrics import (
 from streams.hub.hub import Hub, current_hub, get_hub
 from streams.kafka.client import ReaderStats
 from streams.routes.table import OpenStreams, RouteTable
+from streams.server.peers import PeerStats
 from streams.telemetry.counters import StreamStats
 from streams.telemetry.delivery_log import DeliveryLog, DeliverySinks
 from streams.telemetry.delivery_schema import End, Start
@@ -119,6 +120,7 @@ class Runtime:
             "streams": self.stats.open_streams,
             "malformed_ids": self.stats.malformed_ids,
             "closed_slow": self.stats.closed_slow,
+            "connections_refused": PeerStats.refused,  # past SSE_MAX_CONNECTIONS_PER_CLIENT (streams/server/peers.py)
             "historical_readers": ReaderStats.historical_readers,
             "route_reloads": self.routes.reloads,
             "closed_on_change": self.open_streams.closed,

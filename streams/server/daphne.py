@@ -8,7 +8,8 @@ close it past a bound (it resumes from its Last-Event-ID). Why, and which Twiste
 docs/decisions/0001-daphne-with-write-flow-control.md.
 
 Over HTTP/2 a response is one stream of a shared connection: `StreamFlow` pauses and closes that stream alone
-(docs/request-lifecycle.md, "HTTP/2").
+(docs/request-lifecycle.md, "HTTP/2"), woken by its connection (streams/server/http2.py), never by a timer. Each
+client address holds at most `SSE_MAX_CONNECTIONS_PER_CLIENT` connections (streams/server/peers.py).
 
 Run with `python -m streams.server` and daphne's usual arguments; `--tls-fd`, `--tls-cert` and `--tls-key` add
 HTTPS, with HTTP/2, on an inherited listening socket (streams/server/tls.py), as platform/web.py starts it.
@@ -27,6 +28,7 @@ from typing import Any
 import daphne.server  # noqa: F401  (installs the asyncio reactor before anything imports twisted's)
 from daphne.cli import CommandLineInterface
 from daphne.server import Server
+from django.conf import settings
 from h2.exceptions import H2Error
 from twisted.internet import reactor, tcp
 from twisted.internet.error import ConnectionLost
@@ -36,6 +38,8 @@ from twisted.web._http2 import H2Stream
 from zope.interface import implementer
 
 from config.logs import log_access
+from streams.server import http2
+from streams.server.peers import PeerConnections
 from streams.server.tls import TlsError, TlsListener, certificate_options, listen_tls
 
 FLOW_EXTENSION = "sse.flow"
@@ -44,10 +48,10 @@ FLOW_EXTENSION = "sse.flow"
 TRANSPORT_INTERNALS = ("TLS", "connected", "socket", "dataBuffer", "offset", "_tempDataLen", "_writeDisconnected")
 REQUEST_INTERNALS = ("startedWriting", "chunked", "finished", "sentLength", "_disconnected")
 STREAM_BUFFER = 64 * 1024  # as on HTTP/1.1, where Twisted pauses a response past 64 KiB in its buffer
-DRAIN_POLL_S = 0.02  # how often a paused stream looks whether it may resume (`StreamFlow._recheck`)
 # ...and, over HTTP/2, the ones `StreamFlow` reads.
 STREAM_INTERNALS = ("_conn", "streamID")
-CONNECTION_INTERNALS = ("_outboundStreamQueues", "_sendingDeferred", "priority", "conn", "streams")
+CONNECTION_INTERNALS = ("_outboundStreamQueues", "_sendingDeferred", "priority", "conn", "streams", "_reactor")
+CONNECTION_HOOKS = http2.CONNECTION_HOOKS  # ...and the methods `WindowAwareH2Connection` extends
 # How many connections a listening port may accept in one turn of the loop (it stops sooner when none is waiting).
 ACCEPTS_PER_TURN = 1000
 
@@ -136,15 +140,17 @@ def is_http2(request: Any) -> bool:
 
 class StreamFlow(Flow):
     """`Flow` for a response on an HTTP/2 stream: paused while the peer's window is used up (Twisted's signal)
-    or while too much waits in the stream's queue (ours); `abort()` resets the stream, not the connection."""
+    or while too much waits in the stream's queue (ours); `abort()` resets the stream, not the connection.
+
+    Nothing here runs while the stream waits: its connection (`WindowAwareH2Connection`, streams/server/http2.py)
+    calls `frame_sent` when a frame of the stream was sent, and Twisted calls `resumeProducing` when a
+    WINDOW_UPDATE gives the stream room."""
 
     def __init__(self, request: Any) -> None:
         super().__init__(request)
         self.stream: Any = request.channel
         self._blocked = False  # Twisted paused us: the peer's flow-control window is used up
         self._backlogged = False  # more than STREAM_BUFFER bytes of ours wait to be sent
-        self._parked = False  # taken out of Twisted's send loop while it has bytes queued and no window
-        self._poll: asyncio.TimerHandle | None = None
         # H2Stream never calls stopProducing on its producer when the stream or its connection ends.
         request.notifyFinish().addBoth(self._finished)
 
@@ -156,10 +162,6 @@ class StreamFlow(Flow):
         self._blocked = False
         self._sync()
 
-    def stopProducing(self) -> None:
-        self._cancel_poll()
-        super().stopProducing()
-
     def _finished(self, _result: object) -> None:
         self.stopProducing()  # and swallow the failure of a lost connection: it is expected, not an error
 
@@ -170,11 +172,6 @@ class StreamFlow(Flow):
             super().pauseProducing()
         else:
             super().resumeProducing()
-        if self._blocked or self._backlogged or self._parked:
-            if self._poll is None:
-                self._poll = asyncio.get_running_loop().call_later(DRAIN_POLL_S, self._recheck)
-        else:
-            self._cancel_poll()
 
     def write(self, data: bytes) -> None:
         if self.closed or not data or self.request._disconnected:
@@ -189,56 +186,26 @@ class StreamFlow(Flow):
         queue = self.stream._conn._outboundStreamQueues.get(self.stream.streamID)
         return sum(len(chunk) for chunk in queue if isinstance(chunk, bytes)) if queue else 0
 
-    def _recheck(self) -> None:
-        """While paused: resume once the queue has drained and the peer's window has room.
+    def frame_sent(self) -> None:
+        """A frame of this stream left its queue: while paused, resume once the queue is empty and the window has
+        room.
 
         Twisted pauses a stream when the window minus what is queued is used up, but looks again only when a
         WINDOW_UPDATE arrives; a peer that already has what it needs sends none (it waits for half its window to
         be used), so after the queue drained into a window with room the stream would stay paused for good. Its
         `windowUpdated` makes Twisted look again, and resume us if there is room now.
         """
-        self._poll = None
-        if self.closed:
+        if self.closed or not (self._blocked or self._backlogged):
             return
-        if self._backlogged and not self.queued():
-            self._backlogged = False
-        with contextlib.suppress(H2Error, KeyError):
-            self._park_or_unpark()
+        if self.queued():
+            return
+        self._backlogged = False
         if self._blocked:
             self.stream.windowUpdated()  # calls resumeProducing (so _sync) when the window has room
         self._sync()
 
-    def _park_or_unpark(self) -> None:
-        """Twisted's send loop keeps taking a stream that has bytes queued and no window left, finds nothing it may
-        send, and turns over at once: a busy loop (measured: 60% of a core) for as long as the client keeps the
-        window shut. Take such a stream out of the loop's turns, and back in once its window has room, waking the
-        loop if it found nothing else to send and waits (as Twisted does when a stream writes)."""
-        connection, stream_id = self.stream._conn, self.stream.streamID
-        if stream_id not in connection.streams:
-            return
-        window = connection.conn.local_flow_control_window(stream_id)
-        if not self._parked:
-            if window <= 0 and self.queued():
-                connection.priority.block(stream_id)
-                self._parked = True
-            return
-        if window <= 0:
-            return
-        self._parked = False
-        if connection._outboundStreamQueues.get(stream_id):  # an empty queue in the loop's turns would break it
-            connection.priority.unblock(stream_id)
-            waiting, connection._sendingDeferred = connection._sendingDeferred, None
-            if waiting is not None:
-                waiting.callback(stream_id)
-
-    def _cancel_poll(self) -> None:
-        if self._poll is not None:
-            self._poll.cancel()
-            self._poll = None
-
     def abort(self) -> None:
         """Reset this stream (RST_STREAM) and drop what waits for it; the connection's other streams go on."""
-        self._cancel_poll()
         self.closed = True
         request = self.request
         if request._disconnected:
@@ -256,8 +223,10 @@ class FlowControlServer(Server):  # type: ignore[misc]
     def __init__(self, *args: Any, tls: TlsListener | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tls = tls
+        self.peers = PeerConnections(settings.SSE_MAX_CONNECTIONS_PER_CLIENT)
 
     def run(self) -> None:
+        http2.install()
         if self.tls is not None:
             try:
                 options = certificate_options(self.tls.cert, self.tls.key)
@@ -275,6 +244,8 @@ class FlowControlServer(Server):  # type: ignore[misc]
         super().listen_success(port)
         if isinstance(port, tcp.Port):
             accept_eagerly(port)
+        if hasattr(port, "factory"):
+            self.peers.limit(port)
 
     def _listen_tls(self, tls: TlsListener, options: Any) -> None:
         # Called once the reactor runs, when daphne's `run` has built the HTTP factory the TLS one wraps.
@@ -310,7 +281,10 @@ class FlowControlServer(Server):  # type: ignore[misc]
         if ending and getattr(protocol, "producer", None) is not None and protocol.channel is not None:
             # Unregister before the response ends, or Twisted logs "Producer was not unregistered".
             protocol.unregisterProducer()
+        stream = protocol.channel if ending and is_http2(protocol) else None
         await super().handle_reply(protocol, message)
+        if stream is not None:
+            http2.reset_if_unsent(stream, settings.SSE_CATCH_UP_S)
 
 
 def accept_eagerly(port: tcp.Port) -> None:

@@ -14,8 +14,6 @@ import enum
 import logging
 from collections.abc import Callable, Hashable, Mapping
 
-from django.conf import settings
-
 from streams.codecs import sse
 from streams.codecs.asgi import Send
 from streams.events.subscription import Subscription
@@ -23,6 +21,7 @@ from streams.hub.hub import Hub
 from streams.hub.topic_state import TopicState
 from streams.server.daphne import Flow
 from streams.stream.reader import StreamReader
+from streams.stream.slow_client import Drained, SlowClientPolicy
 from streams.telemetry.counters import StreamStats
 from streams.telemetry.delivery_log import DeliverySink
 
@@ -43,49 +42,6 @@ class Phase(enum.Enum):
     WORKING = "working"
     PARKED = "parked"
     STOPPED = "stopped"
-
-
-class Drained(enum.Enum):
-    """How a wait on a full connection ended."""
-
-    WRITABLE = "writable"  # it has room again
-    BEHIND = "behind"  # it has room again, and a conflating client sends only the latest per key next
-    CLOSED = "closed"  # the client stayed full and fell too far behind: it was closed (it resumes)
-
-
-class SlowClientPolicy:
-    """The route's slow-client policy, applied while a client's connection is full. `close` (the default): wait,
-    and close a client that has drained nothing for SSE_STALL_GRACE_MS and is more than SSE_MAX_PENDING_BYTES
-    behind; it resumes with nothing lost. `conflate`: wait for as long as it takes, then send only the latest
-    pending value per key."""
-
-    def __init__(self, *, conflate: bool, stats: StreamStats) -> None:
-        self.conflate, self.stats = conflate, stats
-        self.max_pending = settings.SSE_MAX_PENDING_BYTES
-        self.stall_grace_s = settings.SSE_STALL_GRACE_MS / 1000
-
-    async def wait(self, flow: Flow, reader: StreamReader) -> Drained:
-        loop = asyncio.get_running_loop()
-        paused_since = loop.time()
-        behind = False
-        while flow.paused and not flow.closed:
-            if self.conflate:
-                behind = True
-                await flow.wait_writable()
-                continue
-            # A pause alone is no stall (a replay fills the connection for a moment): close only a client that
-            # has drained nothing for a while and is far behind.
-            stalled = loop.time() - paused_since >= self.stall_grace_s
-            if stalled and reader.lag_bytes() > self.max_pending:
-                self.stats.closed_slow += 1
-                log.info("closing a slow client of %s: more than %d bytes behind", reader.topic, self.max_pending)
-                flow.abort()
-                return Drained.CLOSED
-            try:
-                await asyncio.wait_for(flow.wait_writable(), 0.25)
-            except TimeoutError:
-                continue
-        return Drained.BEHIND if behind else Drained.WRITABLE
 
 
 class Output:
@@ -379,6 +335,12 @@ class KeepAlive:
 
     def _fire(self) -> None:
         loop = self.out.loop
-        if loop.time() - self.out.last_write >= self.interval:
+        now = loop.time()
+        if now - self.out.last_write >= self.interval:
             self.idle()
-        self.timer = loop.call_at(self.out.last_write + self.interval, self._fire)
+        due = self.out.last_write + self.interval
+        if due <= now:
+            # `idle` wrote nothing (a full connection gets the comment with its next write): look again an interval
+            # from now, or this timer, due in the past, would fire on every turn of the loop until the client reads.
+            due = now + self.interval
+        self.timer = loop.call_at(due, self._fire)

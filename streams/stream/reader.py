@@ -63,6 +63,15 @@ class StreamReader:
                 total += window.lag_bytes(max(cursor, window.start))
         return total
 
+    def window_ends(self) -> dict[int, int]:
+        """Per partition, the offset past what the window holds now (or the stream's own position, without a
+        window): where the stream stands once it has read everything pending."""
+        ends = {}
+        for partition, cursor in self.cursors.items():
+            window = self.cache.log(self.topic, partition)
+            ends[partition] = cursor if window is None else max(cursor, window.next_offset)
+        return ends
+
     def grow(self, starts: Mapping[int, int]) -> bool:
         """Read the partitions of `starts` not read yet, each from its start (the topic grew); the others are
         left as they are. Returns whether there were any."""

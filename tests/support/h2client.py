@@ -76,6 +76,12 @@ class H2Client:
         """Stop opening `stream`'s window: the server can send it no more than its window."""
         self.stalled.add(stream)
 
+    def open_window(self, stream: int, size: int) -> None:
+        """Let the server send `stream` `size` more bytes (a stalled stream's reader taking a little)."""
+        with self._lock:
+            self.conn.increment_flow_control_window(size, stream)
+            self._flush()
+
     def pump(self, timeout: float) -> None:
         """Read and handle what arrives within `timeout`."""
         deadline = time.monotonic() + timeout

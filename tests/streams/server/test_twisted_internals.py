@@ -20,6 +20,7 @@ from twisted.web import http
 from twisted.web._http2 import H2Connection, H2Stream
 
 from streams.server.daphne import (
+    CONNECTION_HOOKS,
     CONNECTION_INTERNALS,
     REQUEST_INTERNALS,
     STREAM_INTERNALS,
@@ -62,6 +63,9 @@ def test_twisted_still_has_the_http2_internals_stream_flow_control_reads() -> No
     missing += [f"H2Connection.{name}" for name in CONNECTION_INTERNALS if not hasattr(connection, name)]
     missing += [f"H2Stream.{name}" for name in ("windowUpdated", "abortConnection", "connectionLost")
                 if not hasattr(stream, name)]  # fmt: skip
+    missing += [f"H2Connection.{name}" for name in CONNECTION_HOOKS if not callable(getattr(connection, name, None))]
+    if getattr(http, "H2Connection", None) is not H2Connection:  # what `http2.install()` replaces
+        missing.append("twisted.web.http.H2Connection")
     assert not missing, f"Twisted {twisted.__version__} no longer has what streams/server/daphne.py reads: {missing}"
 
 
