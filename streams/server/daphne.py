@@ -36,6 +36,7 @@ from twisted.web._http2 import H2Stream
 from zope.interface import implementer
 
 from config.logs import log_access
+from streams.server.bodies import BoundedHTTPFactory
 from streams.server.tls import TlsError, TlsListener, certificate_options, listen_tls
 
 FLOW_EXTENSION = "sse.flow"
@@ -256,6 +257,17 @@ class FlowControlServer(Server):  # type: ignore[misc]
     def __init__(self, *args: Any, tls: TlsListener | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tls = tls
+        self._http_factory: BoundedHTTPFactory | None = None
+
+    @property
+    def http_factory(self) -> BoundedHTTPFactory | None:
+        return self._http_factory
+
+    @http_factory.setter
+    def http_factory(self, _daphnes: Any) -> None:
+        # daphne's `run` builds its factory inline and listens with it at once: ours goes in its place, with
+        # request bodies bounded per path (streams/server/bodies.py).
+        self._http_factory = BoundedHTTPFactory(self)
 
     def run(self) -> None:
         if self.tls is not None:
