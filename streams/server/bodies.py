@@ -20,7 +20,7 @@ import logging
 from typing import Any
 from urllib.parse import unquote
 
-from daphne.http_protocol import HTTPFactory, WebRequest
+from daphne.http_protocol import WebRequest
 from django.conf import settings
 from h2.errors import ErrorCodes
 from h2.exceptions import H2Error
@@ -34,6 +34,8 @@ reactor: Any = twisted_reactor  # typed loosely: its interface types `callLater`
 
 # A challenge response's body is empty by contract (streams/edge/side_requests.py reads up to this much).
 CHALLENGE_BODY_BYTES = 4096
+# Counted on each HTTP/2 connection, for its idle bound (streams/server/deadlines.py).
+HTTP2_REQUESTS_SEEN = "sse_requests_seen"
 REASONS = {400: b"Bad Request", 413: b"Content Too Large"}
 
 
@@ -72,6 +74,9 @@ class BoundedRequest(WebRequest):  # type: ignore[misc]
 
     def gotLength(self, length: int | None) -> None:
         self.content = io.BytesIO()  # never a temporary file: what is admitted is bounded
+        if isinstance(self.channel, H2Stream):
+            connection = self.channel._conn
+            setattr(connection, HTTP2_REQUESTS_SEEN, getattr(connection, HTTP2_REQUESTS_SEEN, 0) + 1)
         method, target = self._method_and_target()
         self.bound = body_bound(method, target)
         if length is not None and length > self.bound:
@@ -142,12 +147,3 @@ def refuse_stream(stream: H2Stream, status: int, body: bytes) -> None:
     if connection._tryToWriteControlData() and stream_id in connection.streams:
         stream.connectionLost(Failure(ConnectionLost("request body refused")))  # type: ignore[no-untyped-call]
         connection._requestDone(stream_id)
-
-
-class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]
-    """daphne's HTTP factory, whose connections make `BoundedRequest`s."""
-
-    def buildProtocol(self, addr: Any) -> Any:
-        protocol = super().buildProtocol(addr)
-        protocol.requestFactory = BoundedRequest
-        return protocol

@@ -36,7 +36,7 @@ from twisted.web._http2 import H2Stream
 from zope.interface import implementer
 
 from config.logs import log_access
-from streams.server.bodies import BoundedHTTPFactory
+from streams.server.deadlines import BoundedHTTPFactory
 from streams.server.tls import TlsError, TlsListener, certificate_options, listen_tls
 
 FLOW_EXTENSION = "sse.flow"
@@ -266,7 +266,7 @@ class FlowControlServer(Server):  # type: ignore[misc]
     @http_factory.setter
     def http_factory(self, _daphnes: Any) -> None:
         # daphne's `run` builds its factory inline and listens with it at once: ours goes in its place, with
-        # request bodies bounded per path (streams/server/bodies.py).
+        # request bodies bounded per path and connections on a header deadline (streams/server/deadlines.py).
         self._http_factory = BoundedHTTPFactory(self)
 
     def run(self) -> None:

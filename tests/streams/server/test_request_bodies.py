@@ -23,6 +23,8 @@ from tests.support.servers import HOST, DaphneServer, start_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MiB = 1024 * 1024
+HEADER_TIMEOUT_S = 2
+IDLE_TIMEOUT_S = 3
 API_MAX_BODY = 64 * 1024
 # What a refused client may still get to send: its own send buffer and the server's receive buffer, which the
 # server does not read. Generous: the kernel sizes them, a few hundred KiB here. A body read to the end is 16 MiB.
@@ -34,6 +36,8 @@ PATIENCE_S = 30.0  # the longest a test waits for the server: far past every bou
 @pytest.fixture(scope="module")
 def server(django_db_setup: None, django_db_blocker: object) -> Iterator[DaphneServer]:
     env = {
+        "HTTP_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
+        "HTTP_IDLE_TIMEOUT_S": str(IDLE_TIMEOUT_S),
         "API_MAX_BODY_BYTES": str(API_MAX_BODY),
     }
     started = start_daphne(env, log_name=unique("test-daphne-bounds"))
@@ -45,6 +49,8 @@ def server(django_db_setup: None, django_db_blocker: object) -> Iterator[DaphneS
 def web(django_db_setup: None, django_db_blocker: object) -> Iterator[Web]:
     """platform/web.py with HTTPS, HTTP/2 offered: one worker, the same bounds as `server`."""
     env = {
+        "HTTP_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
+        "HTTP_IDLE_TIMEOUT_S": str(IDLE_TIMEOUT_S),
         "API_MAX_BODY_BYTES": str(API_MAX_BODY),
     }
     with web_with_https(**env) as started:
