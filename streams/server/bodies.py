@@ -59,7 +59,7 @@ def refusal(bound: int, declared: int | None) -> tuple[int, dict[str, Any]]:
     """The status and problem body for a body past `bound` (`declared`: its Content-Length, if it said one)."""
     if bound == 0:
         detail = "A stream request has no body."
-        return 400, {"type": "about:blank", "title": "Body not allowed", "status": 400, "detail": detail}
+        return 400, {"type": "about:blank", "title": "Bad request", "status": 400, "detail": detail}
     said = f" ({declared} bytes declared)" if declared is not None else ""
     detail = f"The request body is over {bound} bytes{said}."
     return 413, {"type": "about:blank", "title": "Content too large", "status": 413, "detail": detail}
