@@ -97,3 +97,11 @@ def test_over_http2_a_connection_with_no_request_and_one_left_idle_are_closed(we
     finally:
         silent.close()
         idle.close()
+
+
+def test_a_tls_handshake_trickled_a_byte_at_a_time_is_cut_off_at_the_header_deadline(web: Web) -> None:
+    sock = connect(web.tls_port)
+    # The start of a TLS record announcing a 512-byte handshake message, then its bytes one by one.
+    elapsed = closed_within(sock, PATIENCE_S, trickle=b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 200)
+    sock.close()
+    assert elapsed is not None, f"a trickled TLS handshake still held its connection after {PATIENCE_S} s"
