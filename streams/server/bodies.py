@@ -36,6 +36,10 @@ reactor: Any = twisted_reactor  # typed loosely: its interface types `callLater`
 CHALLENGE_BODY_BYTES = 4096
 # Counted on each HTTP/2 connection, for its idle bound (streams/server/deadlines.py).
 HTTP2_REQUESTS_SEEN = "sse_requests_seen"
+# Twisted internals read here; not public API (tests/streams/server/test_bounds_internals.py names what is gone).
+CHANNEL_INTERNALS = ("_command", "_path")  # HTTP/1.1: the request line, known before `gotLength`
+STREAM_INTERNALS = ("_conn", "streamID", "command", "path")
+CONNECTION_INTERNALS = ("conn", "streams", "_tryToWriteControlData", "_requestDone")
 REASONS = {400: b"Bad Request", 413: b"Content Too Large"}
 
 

@@ -31,6 +31,10 @@ from twisted.web import http
 
 from streams.server.bodies import HTTP2_REQUESTS_SEEN, BoundedRequest
 
+# Twisted internals read here; not public API (tests/streams/server/test_bounds_internals.py names what is gone).
+SWITCH_INTERNALS = ("_channel",)  # the HTTP/1.1-or-HTTP/2 switch, `http._GenericHTTPChannelProtocol`
+HTTP2_INTERNALS = ("_stillProducing", "streams", "timeoutConnection")
+
 log = logging.getLogger(__name__)
 reactor: Any = twisted_reactor  # typed loosely: its interface types `callLater` poorly
 
