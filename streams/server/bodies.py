@@ -24,6 +24,7 @@ from daphne.http_protocol import WebRequest
 from django.conf import settings
 from h2.errors import ErrorCodes
 from h2.exceptions import H2Error
+from prometheus_client import Counter
 from twisted.internet import reactor as twisted_reactor
 from twisted.internet.error import ConnectionLost
 from twisted.python.failure import Failure
@@ -36,6 +37,12 @@ reactor: Any = twisted_reactor  # typed loosely: its interface types `callLater`
 CHALLENGE_BODY_BYTES = 4096
 # Counted on each HTTP/2 connection, for its idle bound (streams/server/deadlines.py).
 HTTP2_REQUESTS_SEEN = "sse_requests_seen"
+# The app never sees these requests, so they are not among its refusals (`sse_refusals_total`): counted here.
+CUT = Counter(
+    "sse_connections_cut",
+    "Requests and connections the server cut before the app saw a request, by reason.",
+    ["reason"],
+)
 # Twisted internals read here; not public API (tests/streams/server/test_bounds_internals.py names what is gone).
 CHANNEL_INTERNALS = ("_command", "_path")  # HTTP/1.1: the request line, known before `gotLength`
 STREAM_INTERNALS = ("_conn", "streamID", "command", "path")
@@ -111,6 +118,7 @@ class BoundedRequest(WebRequest):  # type: ignore[misc]
         # Twisted would answer `Expect: 100-continue` right after the headers: the client must not send.
         self.requestHeaders.removeHeader(b"expect")
         status, problem = refusal(self.bound or 0, declared)
+        CUT.labels("body_not_allowed" if status == 400 else "body_too_large").inc()  # noqa: PLR2004
         body = json.dumps(problem).encode()
         log.info("request body refused: %s, over %s bytes", status, self.bound)
         if isinstance(self.channel, H2Stream):

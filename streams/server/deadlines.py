@@ -29,7 +29,7 @@ from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
 from twisted.web import http
 
-from streams.server.bodies import HTTP2_REQUESTS_SEEN, BoundedRequest
+from streams.server.bodies import CUT, HTTP2_REQUESTS_SEEN, BoundedRequest
 
 # Twisted internals read here; not public API (tests/streams/server/test_bounds_internals.py names what is gone).
 SWITCH_INTERNALS = ("_channel",)  # the HTTP/1.1-or-HTTP/2 switch, `http._GenericHTTPChannelProtocol`
@@ -47,7 +47,7 @@ class DeadlineChannel(http.HTTPChannel):
 
     def connectionMade(self) -> None:
         super().connectionMade()  # type: ignore[no-untyped-call]
-        self._arm(settings.HTTP_HEADER_TIMEOUT_S, "headers not complete")
+        self._arm(settings.HTTP_HEADER_TIMEOUT_S, "header_timeout")
 
     def allHeadersReceived(self) -> None:
         self._disarm()
@@ -83,6 +83,7 @@ class DeadlineChannel(http.HTTPChannel):
             return
         peer = transport.getPeer()
         log.info("closing a connection from %s: %s", getattr(peer, "host", peer), why)
+        CUT.labels(why).inc()
         # Nothing is owed to a client that sent no complete request: drop it, buffered bytes and all.
         transport.abortConnection()
 
@@ -102,7 +103,9 @@ class DeadlineChannel(http.HTTPChannel):
             self._http2_seen = seen
             self._arm(settings.HTTP_IDLE_TIMEOUT_S, "idle")
             return
-        log.info("closing an HTTP/2 connection: %s", "no request" if not seen else "idle")
+        why = "idle" if seen else "header_timeout"
+        log.info("closing an HTTP/2 connection: %s", why)
+        CUT.labels(why).inc()
         connection.timeoutConnection()
 
 

@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import wait_until
 from tests.e2e.test_http2 import Web
 from tests.e2e.test_zilla_scenarios import Produce, route
+from tests.streams.edge.test_metrics import scrape, value
 from tests.streams.server.test_request_bodies import (
     HEADER_TIMEOUT_S,
     IDLE_TIMEOUT_S,
@@ -60,6 +61,7 @@ def test_headers_trickled_a_byte_at_a_time_are_cut_off_at_the_deadline(server: D
     sock.close()
     assert elapsed is not None, f"a header trickle still held its connection after {PATIENCE_S} s"
     assert elapsed >= HEADER_TIMEOUT_S - 1  # not before the deadline (it counts from the accept)
+    assert value(scrape(server.url), "sse_connections_cut_total", reason="header_timeout") >= 1
 
 
 def test_an_idle_kept_alive_connection_is_closed_while_a_quiet_stream_stays_open(

@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import unique, wait_until
 from tests.e2e.test_http2 import Web, web_with_https
+from tests.streams.edge.test_metrics import scrape, value
 from tests.support.h2client import H2Client
 from tests.support.servers import HOST, DaphneServer, start_daphne
 
@@ -129,6 +130,7 @@ def test_a_chunked_body_on_a_stream_path_is_refused_at_its_first_bytes_and_the_c
     assert sent.problem()["detail"] == "A stream request has no body."
     assert sent.closed
     assert sent.body_bytes < KERNEL_BUFFERS, f"the client got {sent.body_bytes} bytes in before the refusal"
+    assert value(scrape(server.url), "sse_connections_cut_total", reason="body_not_allowed") >= 1
 
 
 def test_a_declared_api_body_over_the_bound_is_refused_before_any_of_it_is_sent(server: DaphneServer) -> None:
