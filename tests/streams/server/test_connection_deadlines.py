@@ -82,11 +82,16 @@ def test_an_idle_kept_alive_connection_is_closed_while_a_quiet_stream_stays_open
         assert stream.next_event(10).text == "still here"
 
 
-def test_over_http2_a_connection_with_no_request_and_one_left_idle_are_closed(web: Web) -> None:
+def test_over_http2_connections_with_no_request_or_left_idle_are_closed_but_not_one_with_a_stream(
+    web: Web, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    topic = new_topic()
     silent = H2Client(web.tls_port)  # the preface and settings, then nothing but PINGs
     idle = H2Client(web.tls_port)
+    streaming = H2Client(web.tls_port)
     try:
         done = idle.get("/-/health")
+        stream = streaming.get(route(topic))
         started = time.monotonic()
         while not silent.lost and time.monotonic() - started < PATIENCE_S:
             silent.conn.ping(b"12345678")
@@ -96,9 +101,14 @@ def test_over_http2_a_connection_with_no_request_and_one_left_idle_are_closed(we
         assert silent.lost, f"an HTTP/2 connection that made no request was still open after {PATIENCE_S} s"
         wait_until(lambda: pumped(idle) and idle.lost, timeout=PATIENCE_S)
         assert idle.status[done] == 200
+        produce(topic, b"still here")  # the stream has been quiet for many idle bounds by now
+        wait_until(lambda: pumped(streaming) and streaming.events(stream), timeout=PATIENCE_S)
+        assert [event.text for event in streaming.events(stream)] == ["still here"]
+        assert not streaming.lost
     finally:
         silent.close()
         idle.close()
+        streaming.close()
 
 
 def test_a_tls_handshake_trickled_a_byte_at_a_time_is_cut_off_at_the_header_deadline(web: Web) -> None:
