@@ -10,6 +10,9 @@ docs/decisions/0001-daphne-with-write-flow-control.md.
 Over HTTP/2 a response is one stream of a shared connection: `StreamFlow` pauses and closes that stream alone
 (docs/request-lifecycle.md, "HTTP/2").
 
+Its connections come from `BoundedHTTPFactory`: request bodies bounded per path, refused as they arrive
+(streams/server/bodies.py), and deadlines for headers and idle connections (streams/server/deadlines.py).
+
 Run with `python -m streams.server` and daphne's usual arguments; `--tls-fd`, `--tls-cert` and `--tls-key` add
 HTTPS, with HTTP/2, on an inherited listening socket (streams/server/tls.py), as platform/web.py starts it.
 """
