@@ -36,6 +36,11 @@ Settings (environment):
     ``malloc`` for the workers unless set: every Python object from glibc, whose free pages an idle worker hands
     back (``malloc_trim``); with Python's own small-object allocator a worker kept a quarter more than its size
     before a load, and the fan-out measured no slower without it (docs/benchmarks.md, "Soak").
+``SSE_MAX_STREAMS``
+    the streams a worker may hold open (default 20000, as the workers read it): this process raises its soft
+    descriptor limit (``RLIMIT_NOFILE``), which the workers inherit, to that many plus
+    ``DESCRIPTOR_HEADROOM``, up to the hard limit (to the hard limit for ``0``, no stream limit). Where the hard
+    limit is lower, it says so at start, naming both: a worker then stops accepting near the hard limit.
 ``PROMETHEUS_MULTIPROC_DIR``
     where the workers keep their metrics for ``/metrics`` to merge (default: a new directory under
     ``var/metrics/``, removed at exit). Its files are cleared at start; a dead worker's live gauges are removed.
@@ -65,6 +70,7 @@ import atexit
 import contextlib
 import ctypes
 import os
+import resource
 import select
 import shlex
 import shutil
@@ -91,6 +97,10 @@ DEFAULT_SERVER_MODULE = "streams.server"
 RESTART_WINDOW_S = 60.0
 STOP_GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1
+# Descriptors a worker holds beyond its streams: listening sockets, Kafka, Postgres and Redis connections, log and
+# delivery-log files, and connections that have not become streams yet (an API call, a refused request).
+DESCRIPTOR_HEADROOM = 1024
+UNLIMITED_DESCRIPTORS = 1 << 20  # the kernel's usual ceiling (fs.nr_open)
 MALLOC_ARENA_MAX = "2"
 PYTHONMALLOC = "malloc"
 
@@ -175,6 +185,32 @@ def forget_metrics(pid: int) -> None:
 
 
 SUPERVISOR_PID = os.getpid()  # web.py forks its workers from its main thread; this is that process
+
+
+def raise_descriptor_limit(max_streams: int) -> None:
+    """Raise the soft RLIMIT_NOFILE to what `max_streams` streams need (0: no limit, so to the hard limit), within
+    the hard limit; say at start when the hard limit is lower. Without this a worker stopped near 1024 sockets."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    unlimited = hard == resource.RLIM_INFINITY
+    # No stream limit: as many as may be had (the kernel refuses an infinite soft limit on descriptors).
+    no_limit = UNLIMITED_DESCRIPTORS if unlimited else hard
+    need = max_streams + DESCRIPTOR_HEADROOM if max_streams else no_limit
+    ceiling = need if unlimited else min(need, hard)
+    if ceiling > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
+        except (ValueError, OSError) as exc:
+            log(f"descriptor limit: cannot raise it from {soft} to {ceiling}: {exc}")
+            ceiling = soft
+    soft = max(soft, ceiling)
+    if soft < need:
+        log(
+            f"descriptor limit: {soft} (hard limit {hard}) is below the {need} that SSE_MAX_STREAMS={max_streams} "
+            "needs; a worker stops accepting near it (raise the hard limit: ulimit -n, systemd's LimitNOFILE, "
+            "docker's --ulimit nofile)"
+        )
+    else:
+        log(f"descriptor limit: {soft} per worker")
 
 
 def _child_setup() -> None:
@@ -295,6 +331,7 @@ def main() -> int:
         backlog = envint("WEB_BACKLOG", 4096, minimum=1)
         processes = envint("WEB_PROCESSES", os.cpu_count() or 1, minimum=1)
         max_restarts = envint("WEB_MAX_RESTARTS", 5, minimum=0)
+        max_streams = envint("SSE_MAX_STREAMS", 20_000, minimum=0)
         https_port = tls_port()
     except ImproperlyConfigured as exc:
         sys.exit(f"web: {exc}")
@@ -310,6 +347,7 @@ def main() -> int:
         https = Https(listen(host, https_port, backlog), cert, key)
     sock = listen(host, port, backlog)
     metrics_dir()
+    raise_descriptor_limit(max_streams)
     log(f"listening on {host}:{sock.getsockname()[1]} (backlog {backlog}), {processes} worker(s)")
     if https is not None:
         log(f"https on {host}:{https.sock.getsockname()[1]} (HTTP/2 and HTTP/1.1), certificate {https.cert}")

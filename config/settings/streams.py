@@ -9,6 +9,11 @@ from config.env import BASE_DIR, envbool, envint, envlist, envstr
 # The retry line and keep-alive interval are per SSE endpoint (bindings.Endpoint), not settings.
 # Paths under these prefixes belong to Django (admin, API, static files, the demo page), never to a route.
 SSE_RESERVED_PREFIXES = tuple(envlist("SSE_RESERVED_PREFIXES", ["/admin/", "/analytics/", "/api/", "/static/", "/-/"]))
+# A connection's request headers must be complete this long after it was accepted (TLS handshake included), and a
+# kept-alive connection must bring its next request's headers this long after the last response, or it is closed
+# (streams/server/deadlines.py). Bytes trickling in do not extend either; a stream in flight is never "idle".
+HTTP_HEADER_TIMEOUT_S = envint("HTTP_HEADER_TIMEOUT_S", default=15, minimum=1, maximum=3600)
+HTTP_IDLE_TIMEOUT_S = envint("HTTP_IDLE_TIMEOUT_S", default=60, minimum=1, maximum=3600)
 
 # The per-process cache of recent records, shared by every stream of the process.
 SSE_CACHE_MAX_BYTES = envint("SSE_CACHE_MAX_BYTES", default=256 * 1024 * 1024, minimum=1024 * 1024)

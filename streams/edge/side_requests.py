@@ -14,13 +14,16 @@ from streams.access.renewal import CHALLENGE_CONTENT_TYPE
 from streams.codecs.asgi import Receive, Scope, Send, header
 from streams.edge.http import STREAM_METHODS, cors_headers, problem
 from streams.routes.table import RouteTable
+from streams.server.bodies import CHALLENGE_BODY_BYTES
 
 if TYPE_CHECKING:
     from streams.edge.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-MAX_CHALLENGE_BODY_BYTES = 4096
+# The server refuses a larger body before the app sees it (streams/server/bodies.py); checked here too, for
+# servers other than ours.
+MAX_CHALLENGE_BODY_BYTES = CHALLENGE_BODY_BYTES
 
 
 async def side_request(scope: Scope, receive: Receive, send: Send, path: str, runtime: Runtime) -> bool:

@@ -11,6 +11,9 @@ Over HTTP/2 a response is one stream of a shared connection: `StreamFlow` pauses
 (docs/request-lifecycle.md, "HTTP/2"), woken by its connection (streams/server/http2.py), never by a timer. Each
 client address holds at most `SSE_MAX_CONNECTIONS_PER_CLIENT` connections (streams/server/peers.py).
 
+Its connections come from `BoundedHTTPFactory`: request bodies bounded per path, refused as they arrive
+(streams/server/bodies.py), and deadlines for headers and idle connections (streams/server/deadlines.py).
+
 Run with `python -m streams.server` and daphne's usual arguments; `--tls-fd`, `--tls-cert` and `--tls-key` add
 HTTPS, with HTTP/2, on an inherited listening socket (streams/server/tls.py), as platform/web.py starts it.
 """
@@ -39,6 +42,7 @@ from zope.interface import implementer
 
 from config.logs import log_access
 from streams.server import http2
+from streams.server.deadlines import BoundedHTTPFactory
 from streams.server.peers import PeerConnections
 from streams.server.tls import TlsError, TlsListener, certificate_options, listen_tls
 
@@ -224,6 +228,17 @@ class FlowControlServer(Server):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self.tls = tls
         self.peers = PeerConnections(settings.SSE_MAX_CONNECTIONS_PER_CLIENT)
+        self._http_factory: BoundedHTTPFactory | None = None
+
+    @property
+    def http_factory(self) -> BoundedHTTPFactory | None:
+        return self._http_factory
+
+    @http_factory.setter
+    def http_factory(self, _daphnes: Any) -> None:
+        # daphne's `run` builds its factory inline and listens with it at once: ours goes in its place, with
+        # request bodies bounded per path and connections on a header deadline (streams/server/deadlines.py).
+        self._http_factory = BoundedHTTPFactory(self)
 
     def run(self) -> None:
         http2.install()

@@ -1,0 +1,202 @@
+"""Against a live server, over raw sockets: a request body past its path's bound is refused while it arrives, and
+the connection closed (over HTTP/2, the stream reset alone), with a JSON problem (streams/server/bodies.py).
+
+Before: daphne read a 16 MiB chunked body on a stream path to the end and then answered 400, and waited for all
+of a declared 64 MiB API body, spooling it to a temporary file, before the app saw the request.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from tests.conftest import unique, wait_until
+from tests.e2e.test_http2 import Web, web_with_https
+from tests.streams.edge.test_metrics import scrape, value
+from tests.support.h2client import H2Client
+from tests.support.servers import HOST, DaphneServer, start_daphne
+
+pytestmark = pytest.mark.django_db(transaction=True)
+MiB = 1024 * 1024
+HEADER_TIMEOUT_S = 2
+IDLE_TIMEOUT_S = 3
+API_MAX_BODY = 64 * 1024
+# What a refused client may still get to send: its own send buffer and the server's receive buffer, which the
+# server does not read. Generous: the kernel sizes them, a few hundred KiB here. A body read to the end is 16 MiB.
+KERNEL_BUFFERS = 4 * MiB
+PIECE = 64 * 1024
+PATIENCE_S = 30.0  # the longest a test waits for the server: far past every bound above
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup: None, django_db_blocker: object) -> Iterator[DaphneServer]:
+    env = {
+        "HTTP_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
+        "HTTP_IDLE_TIMEOUT_S": str(IDLE_TIMEOUT_S),
+        "API_MAX_BODY_BYTES": str(API_MAX_BODY),
+    }
+    started = start_daphne(env, log_name=unique("test-daphne-bounds"))
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def web(django_db_setup: None, django_db_blocker: object) -> Iterator[Web]:
+    """platform/web.py with HTTPS, HTTP/2 offered: one worker, the same bounds as `server`."""
+    env = {
+        "HTTP_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
+        "HTTP_IDLE_TIMEOUT_S": str(IDLE_TIMEOUT_S),
+        "API_MAX_BODY_BYTES": str(API_MAX_BODY),
+    }
+    with web_with_https(**env) as started:
+        yield started
+
+
+@dataclass
+class Sent:
+    answer: bytes  # what the server answered, status line first; b"" for nothing
+    body_bytes: int  # body bytes (chunk framing included) the client got to send
+    closed: bool  # the server closed the connection
+
+    @property
+    def status(self) -> int:
+        return int(self.answer.split(b" ", 2)[1]) if self.answer.startswith(b"HTTP/1.1 ") else 0
+
+    def problem(self) -> dict[str, object]:
+        head, _, body = self.answer.partition(b"\r\n\r\n")
+        assert b"content-type: application/problem+json" in head.lower()
+        parsed: dict[str, object] = json.loads(body)
+        return parsed
+
+
+def connect(port: int) -> socket.socket:
+    sock = socket.create_connection((HOST, port), timeout=10)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIECE)  # keep what the kernel takes for us small
+    return sock
+
+
+def send_body(port: int, head: bytes, size: int, *, chunked: bool) -> Sent:
+    """Send `head`, then a body of `size` bytes until the server answers and closes or all of it went."""
+    sock = connect(port)
+    sock.sendall(head)
+    sock.setblocking(False)
+    piece = (b"%x\r\n" % PIECE) + b"x" * PIECE + b"\r\n" if chunked else b"x" * PIECE
+    pieces = size // PIECE
+    pending, sent, answer, closed = b"", 0, b"", False
+    started = time.monotonic()
+    while not closed and time.monotonic() - started < PATIENCE_S:
+        if not pending and pieces:
+            pending, pieces = piece, pieces - 1
+        elif not pending and chunked and pieces == 0:
+            pending, pieces = b"0\r\n\r\n", -1
+        readable, writable, _ = select.select([sock], [sock] if pending else [], [], 0.5)
+        if readable:
+            try:
+                data = sock.recv(65536)
+            except OSError:
+                data = b""
+            answer += data
+            closed = not data
+        if writable and not closed:
+            try:
+                taken = sock.send(pending)
+            except BlockingIOError:
+                continue
+            except OSError:  # reset or broken pipe: the server closed
+                closed = True
+                continue
+            sent += taken
+            pending = pending[taken:]
+    sock.close()
+    return Sent(answer, sent, closed)
+
+
+def request_head(method: str, path: str, *framing: str) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {HOST}", "Content-Type: application/json", *framing]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def test_a_chunked_body_on_a_stream_path_is_refused_at_its_first_bytes_and_the_connection_closed(
+    server: DaphneServer,
+) -> None:
+    sent = send_body(server.port, request_head("GET", "/items", "Transfer-Encoding: chunked"), 16 * MiB, chunked=True)
+    assert sent.status == 400
+    assert sent.problem()["detail"] == "A stream request has no body."
+    assert sent.closed
+    assert sent.body_bytes < KERNEL_BUFFERS, f"the client got {sent.body_bytes} bytes in before the refusal"
+    assert value(scrape(server.url), "sse_connections_cut_total", reason="body_not_allowed") >= 1
+
+
+def test_a_declared_api_body_over_the_bound_is_refused_before_any_of_it_is_sent(server: DaphneServer) -> None:
+    sock = connect(server.port)
+    sock.sendall(request_head("POST", "/api/v1/routes/", f"Content-Length: {64 * MiB}"))
+    sock.settimeout(PATIENCE_S)
+    answer = b""
+    while chunk := sock.recv(65536):  # until the server closes: it must, having answered
+        answer += chunk
+    sent = Sent(answer, 0, True)
+    assert sent.status == 413
+    assert sent.problem()["title"] == "Content too large"
+    sock.close()
+
+
+def test_a_chunked_api_body_is_refused_once_past_the_bound_and_one_within_it_reaches_the_api(
+    server: DaphneServer,
+) -> None:
+    head = request_head("POST", "/api/v1/routes/", "Transfer-Encoding: chunked")
+    over = send_body(server.port, head, 16 * MiB, chunked=True)
+    assert over.status == 413
+    assert over.closed
+    assert over.body_bytes < API_MAX_BODY + KERNEL_BUFFERS, f"the client got {over.body_bytes} bytes in"
+
+    body = json.dumps({"name": "x", "path": "/x", "topic": "x"}).encode()
+    sock = connect(server.port)
+    sock.sendall(head + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+    sock.settimeout(PATIENCE_S)
+    within = Sent(sock.recv(65536), len(body), False)
+    sock.close()
+    assert within.status in {401, 403}  # the API read it: without a token, it refuses it for that
+
+
+def test_over_http2_a_body_past_the_bound_resets_its_stream_alone(web: Web) -> None:
+    if True:
+        client = H2Client(web.tls_port)
+        try:
+            declared = post(client, "/api/v1/routes/", content_length=64 * MiB)
+            on_stream = post(client, "/items", data=b"x" * 16384)  # a stream request has no body
+            answered = {declared, on_stream}
+            wait_until(lambda: pumped(client) and answered <= client.ended | client.reset, timeout=PATIENCE_S)
+            assert client.status.get(declared) == 413
+            assert client.status.get(on_stream) == 400
+            assert {declared, on_stream} <= client.ended | client.reset
+            health = client.get("/-/health")  # the connection goes on
+            wait_until(lambda: pumped(client) and health in client.ended, timeout=PATIENCE_S)
+            assert client.status[health] == 200
+            assert not client.lost
+        finally:
+            client.close()
+
+
+def pumped(client: H2Client) -> bool:
+    client.pump(0.2)
+    return True
+
+
+def post(client: H2Client, path: str, *, content_length: int | None = None, data: bytes = b"") -> int:
+    """Open a stream with a POST of `path` (a GET when `data` is given, as a stream request) left open."""
+    stream: int = client.conn.get_next_available_stream_id()
+    method = "POST" if content_length is not None else "GET"
+    headers = [(":method", method), (":path", path), (":scheme", "https"), (":authority", HOST)]
+    if content_length is not None:
+        headers.append(("content-length", str(content_length)))
+    client.conn.send_headers(stream, headers)
+    if data:
+        client.conn.send_data(stream, data)
+    client.sock.sendall(client.conn.data_to_send())
+    return stream
