@@ -55,7 +55,8 @@ SSE_METRICS_TOKEN = envstr("SSE_METRICS_TOKEN", default="")
 # Streams one web process holds open at once (0: no limit); past it, a 503 sends the client to another process.
 SSE_MAX_STREAMS = envint("SSE_MAX_STREAMS", default=20_000, minimum=0)
 # Streams one client address / one guard identity may hold open per endpoint in one process (0: no limit); an
-# endpoint may set its own. Behind a proxy, run daphne with --proxy-headers so the address is the client's.
+# endpoint may set its own. Behind a proxy, run daphne with --proxy-headers and name the proxy in TRUSTED_PROXIES
+# (config/settings/base.py) so the address is the client's.
 SSE_MAX_STREAMS_PER_CLIENT = envint("SSE_MAX_STREAMS_PER_CLIENT", default=0, minimum=0)
 SSE_MAX_STREAMS_PER_IDENTITY = envint("SSE_MAX_STREAMS_PER_IDENTITY", default=0, minimum=0)
 SSE_LIMIT_RETRY_AFTER_S = envint("SSE_LIMIT_RETRY_AFTER_S", default=5, minimum=1, maximum=3600)

@@ -27,6 +27,7 @@ from typing import Any
 import daphne.server  # noqa: F401  (installs the asyncio reactor before anything imports twisted's)
 from daphne.cli import CommandLineInterface
 from daphne.server import Server
+from django.conf import settings
 from h2.exceptions import H2Error
 from twisted.internet import reactor, tcp
 from twisted.internet.error import ConnectionLost
@@ -36,6 +37,7 @@ from twisted.web._http2 import H2Stream
 from zope.interface import implementer
 
 from config.logs import log_access
+from streams.server.forwarded import ClientOrigin, parse_networks
 from streams.server.tls import TlsError, TlsListener, certificate_options, listen_tls
 
 FLOW_EXTENSION = "sse.flow"
@@ -256,6 +258,14 @@ class FlowControlServer(Server):  # type: ignore[misc]
     def __init__(self, *args: Any, tls: TlsListener | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tls = tls
+        # Built after daphne loaded the application, so Django's settings are there (streams/server/forwarded.py).
+        self.client_origin = ClientOrigin(
+            parse_networks(settings.TRUSTED_PROXIES),
+            root_path=self.root_path,
+            address_header=self.proxy_forwarded_address_header,
+            port_header=self.proxy_forwarded_port_header,
+            proto_header=self.proxy_forwarded_proto_header,
+        )
 
     def run(self) -> None:
         if self.tls is not None:
@@ -299,6 +309,10 @@ class FlowControlServer(Server):  # type: ignore[misc]
         )
 
     def create_application(self, protocol: Any, scope: dict[str, Any]) -> Any:
+        if scope.get("type") == "http":
+            peer = getattr(protocol, "client", None)
+            address = (str(peer.host), int(peer.port)) if hasattr(peer, "host") and hasattr(peer, "port") else None
+            self.client_origin.rewrite(scope, address, secure=bool(protocol.isSecure()))
         if scope.get("type") == "http" and hasattr(protocol, "registerProducer"):
             flow = StreamFlow(protocol) if is_http2(protocol) else Flow(protocol)
             protocol.registerProducer(flow, True)
