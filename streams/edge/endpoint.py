@@ -393,5 +393,5 @@ class Registration:
         log_access(
             method=stream.scope["method"], path=stream.path, status=200, bytes=row.bytes,
             duration_ms=round((time.time() - row.opened_at) * 1000, 1), route=self.route.name,
-            end=end.value, events=row.events,
+            end=end.value, events=row.events, client=str((stream.scope.get("client") or ("",))[0]),
         )  # fmt: skip

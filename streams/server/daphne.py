@@ -310,9 +310,10 @@ class FlowControlServer(Server):  # type: ignore[misc]
 
     def create_application(self, protocol: Any, scope: dict[str, Any]) -> Any:
         if scope.get("type") == "http":
-            peer = getattr(protocol, "client", None)
+            peer: Any = getattr(protocol, "client", None)  # an IPv4Address, or None when Twisted knows no peer
             address = (str(peer.host), int(peer.port)) if hasattr(peer, "host") and hasattr(peer, "port") else None
             self.client_origin.rewrite(scope, address, secure=bool(protocol.isSecure()))
+            protocol.client_addr = scope["client"]  # what daphne's access line names
         if scope.get("type") == "http" and hasattr(protocol, "registerProducer"):
             flow = StreamFlow(protocol) if is_http2(protocol) else Flow(protocol)
             protocol.registerProducer(flow, True)
