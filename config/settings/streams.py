@@ -49,6 +49,7 @@ DELIVERY_LOG_MAX_ROWS = envint("DELIVERY_LOG_MAX_ROWS", default=100_000, minimum
 DELIVERY_LOG_SALT = envstr("DELIVERY_LOG_SALT", default="")
 
 # `/metrics` (Prometheus, docs/operations.md): open to whoever reaches it, or only to `Authorization: Bearer <this>`.
+# `/readyz` shows its checks' errors (hosts, ports) to that bearer only, to nobody while this is unset.
 SSE_METRICS_TOKEN = envstr("SSE_METRICS_TOKEN", default="")
 
 # Limits (docs/operations.md): each refusal is a 429 or 503 problem with `retry-after: SSE_LIMIT_RETRY_AFTER_S`.

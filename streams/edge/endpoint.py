@@ -44,7 +44,7 @@ from streams.edge.http import (
 )
 from streams.edge.limits import LimitReached
 from streams.edge.metrics import STARTS, exposition
-from streams.edge.readiness import PROBES, checks
+from streams.edge.readiness import PROBES, Readiness
 from streams.edge.runtime import Runtime
 from streams.edge.runtime import runtime as process_runtime
 from streams.edge.side_requests import side_request
@@ -67,6 +67,7 @@ class StreamEndpoint:
     def __init__(self, django_app: ASGIApp, runtime: Runtime = process_runtime) -> None:
         self.django_app = django_app
         self.runtime = runtime
+        self.readiness = Readiness(runtime)
         if settings.SSE_BOOTSTRAP_TOPICS:
             self._start_hub_when_serving()
 
@@ -112,15 +113,7 @@ class StreamEndpoint:
         elif scope["path"] == "/metrics":
             await self.metrics(scope, send)
         elif scope["path"] == "/readyz":
-            found = await checks(self.runtime)
-            failed = sorted(name for name, result in found.items() if result != "ok")
-            if failed:
-                detail = "; ".join(f"{name}: {found[name]}" for name in failed)
-                await problem(
-                    send, 503, "Not ready", detail, headers=((b"retry-after", b"5"),), failed=failed, checks=found
-                )
-            else:
-                await respond_json(send, 200, {"status": "ready", "checks": found})
+            await self.readiness.respond(scope, send)
         else:
             await problem(send, 404, "Not found", f"Nothing at {scope['path']}.")
 
