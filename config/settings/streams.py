@@ -52,6 +52,10 @@ DELIVERY_LOG_SALT = envstr("DELIVERY_LOG_SALT", default="")
 # `/readyz` shows its checks' errors (hosts, ports) to that bearer only, to nobody while this is unset.
 SSE_METRICS_TOKEN = envstr("SSE_METRICS_TOKEN", default="")
 
+# Topics never served, besides Kafka's own (names starting `__`): a name, or a prefix followed by `*`. A route
+# naming one is refused on save; a stream whose template renders one is a 404, as an unknown topic is.
+SSE_INTERNAL_TOPICS = tuple(envlist("SSE_INTERNAL_TOPICS", ["_schemas", "_confluent*"]))
+
 # Limits (docs/operations.md): each refusal is a 429 or 503 problem with `retry-after: SSE_LIMIT_RETRY_AFTER_S`.
 # Streams one web process holds open at once (0: no limit); past it, a 503 sends the client to another process.
 SSE_MAX_STREAMS = envint("SSE_MAX_STREAMS", default=20_000, minimum=0)

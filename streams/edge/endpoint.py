@@ -22,7 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError
 
-from bindings.patterns import is_topic_name
+from bindings.patterns import is_internal_topic, is_topic_name
 from bindings.selectors import SLOW_CLIENT_CONFLATE, RouteSpec
 from config.logs import log_access, new_request_id, request_id
 from streams.access.guards import Grant, Refusal, authorise
@@ -304,6 +304,9 @@ async def open_topic(
     reader of older records is busy."""
     if not is_topic_name(matched.topic):
         detail = f"{matched.topic!r} is not a Kafka topic name."
+        return TopicProblem(404, "Unknown topic", detail, "unknown_topic", extra={"topic": matched.topic})
+    if is_internal_topic(matched.topic, settings.SSE_INTERNAL_TOPICS):  # as if it did not exist
+        detail = str(TopicNotFoundError(matched.topic))
         return TopicProblem(404, "Unknown topic", detail, "unknown_topic", extra={"topic": matched.topic})
     hub = runtime.hub()
     try:
