@@ -38,10 +38,10 @@ def route_of_one_stream_per_client(topic: str) -> str:
 
 
 def open_stream(
-    streams: ExitStack, url: str, forwarded_for: str, *, local_address: str | None = None
+    streams: ExitStack, url: str, forwarded_for: str, *, local_address: str | None = None, http2: bool = False
 ) -> httpx.Response:
     """GET a stream with `X-Forwarded-For`, left open until `streams` closes; the response (headers read)."""
-    transport = httpx.HTTPTransport(local_address=local_address, verify=False)
+    transport = httpx.HTTPTransport(local_address=local_address, verify=False, http2=http2)
     client = streams.enter_context(httpx.Client(transport=transport, timeout=10))
     request = client.build_request("GET", url, headers={"x-forwarded-for": forwarded_for})
     response = client.send(request, stream=True)
@@ -73,11 +73,13 @@ def test_from_the_trusted_proxy_the_client_is_the_entry_it_appended(web: Web, ne
         assert spoofed.status_code == 429, "the client's own X-Forwarded-For entry was taken for its address"
 
 
-def test_on_the_tls_port_forwarded_headers_are_not_read(web: Web, new_topic: Callable[..., str]) -> None:
+@pytest.mark.parametrize("http2", [False, True], ids=["http1.1", "http2"])
+def test_on_the_tls_port_forwarded_headers_are_not_read(web: Web, new_topic: Callable[..., str], http2: bool) -> None:
     url = web.https + route_of_one_stream_per_client(new_topic())
     with ExitStack() as streams:
-        assert open_stream(streams, url, "198.51.100.1").status_code == 200
-        assert open_stream(streams, url, "198.51.100.2").status_code == 429
+        first = open_stream(streams, url, "198.51.100.1", http2=http2)
+        assert (first.status_code, first.http_version) == (200, "HTTP/2" if http2 else "HTTP/1.1")
+        assert open_stream(streams, url, "198.51.100.2", http2=http2).status_code == 429
 
 
 @pytest.mark.parametrize("peer", [UNTRUSTED_PEER, "127.0.0.1"])
