@@ -4,17 +4,21 @@ platform/web.py runs with `--proxy-headers` (as docs/operations.md advises behin
 `TRUSTED_PROXIES` (127.0.0.1). A client on 127.0.0.2, which the loopback interface also answers, is an untrusted
 peer: whatever `X-Forwarded-For` it writes, the per-address stream limit counts 127.0.0.2. A peer on 127.0.0.1
 is the trusted proxy: the client is the rightmost entry it appended, not what the client wrote to its left. On
-the TLS port, which clients reach directly, nothing is taken from the headers. A client's `Daphne-Root-Path`
-never reaches the admin's redirect.
+the TLS port, which clients reach directly, nothing is taken from the headers. The admin's sign-in lockout keys
+on the same address. A client's `Daphne-Root-Path` never reaches the admin's redirect.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
 import httpx
 import pytest
+from axes.models import AccessAttempt
+from django.conf import settings
+from django.contrib.auth.models import User
 
 from bindings.services import do_put_endpoint, do_put_route
 from tests.conftest import unique
@@ -89,3 +93,21 @@ def test_a_clients_root_path_header_does_not_reach_the_admins_redirect(web: Web,
         response = client.get(f"http://127.0.0.1:{web.port}/admin/", headers={"daphne-root-path": "/elsewhere"})
     assert response.status_code == 302
     assert response.headers["location"].startswith("/admin/login/"), response.headers["location"]
+
+
+def test_the_sign_in_lockout_counts_an_untrusted_peer_by_its_own_address(web: Web) -> None:
+    username = unique("operator")
+    User.objects.create_superuser(username, "op@example.com", "a-long-operator-password")
+    transport = httpx.HTTPTransport(local_address=UNTRUSTED_PEER)
+    login = f"http://127.0.0.1:{web.port}/admin/login/"
+    statuses = []
+    with httpx.Client(transport=transport, timeout=10) as client:
+        for attempt in range(settings.AXES_FAILURE_LIMIT):
+            form = client.get(login)
+            token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
+            assert token is not None, form.text[:500]
+            fields = {"csrfmiddlewaretoken": token.group(1), "username": username, "password": "not-the-password"}
+            statuses.append(client.post(login, data=fields, headers={"x-forwarded-for": f"198.51.100.{attempt}"}))
+    assert [answer.status_code for answer in statuses] == [200] * (settings.AXES_FAILURE_LIMIT - 1) + [429]
+    [attempt] = AccessAttempt.objects.filter(username=username)
+    assert attempt.ip_address == UNTRUSTED_PEER
