@@ -16,6 +16,7 @@ from weakref import WeakKeyDictionary
 
 from django import forms
 from django.contrib import admin
+from django.contrib import messages as admin_messages
 from django.core.exceptions import ValidationError
 from django.db.models import Prefetch, QuerySet
 from django.forms.formsets import DELETION_FIELD_NAME
@@ -36,6 +37,8 @@ from bindings.models import (
 )
 from bindings.models.revocation import Revocation, revocation_representation
 from bindings.representations import endpoint_representation, guard_representation
+from bindings.selectors import route_specs
+from bindings.shadowing import shadows
 
 
 class _Edit:
@@ -336,6 +339,19 @@ class RouteAdmin(_Recorded, admin.ModelAdmin[Route]):
     def get_form(self, request: HttpRequest, obj: Route | None = None, change: bool = False, **kwargs: Any) -> Any:
         form = super().get_form(request, obj, change, **kwargs)
         return type(form.__name__, (form,), {"edit": _edit(request)})
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        name = form.instance.name
+        for shadow in shadows(route_specs()):  # bindings/shadowing.py: saved, but the operator is told
+            if name in (shadow.route, shadow.by):
+                admin_messages.warning(request, shadow.message())
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        if request.method == "GET":
+            for shadow in shadows(route_specs()):
+                admin_messages.warning(request, shadow.message())
+        return super().changelist_view(request, extra_context)
 
     def get_formsets_with_inlines(self, request: HttpRequest, obj: Route | None = None) -> Any:
         edit = _edit(request)

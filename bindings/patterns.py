@@ -30,6 +30,30 @@ def is_topic_name(name: str) -> bool:
     return TOPIC_NAME.fullmatch(name) is not None and name not in FORBIDDEN_TOPIC_NAMES
 
 
+INTERNAL_TOPIC_PREFIX = "__"  # Kafka's own topics: __consumer_offsets, __transaction_state, ...
+
+
+def _denied(name: str, entry: str) -> bool:
+    """`entry` of a deny list: a topic name, or a prefix followed by `*`."""
+    return name.startswith(entry[:-1]) if entry.endswith("*") else name == entry
+
+
+def is_internal_topic(name: str, denied: Iterable[str]) -> bool:
+    """Whether `name` is never served: Kafka's own topics, or one of `denied` (SSE_INTERNAL_TOPICS)."""
+    return name.startswith(INTERNAL_TOPIC_PREFIX) or any(_denied(name, entry) for entry in denied)
+
+
+def check_not_internal(template: str, denied: Iterable[str]) -> None:
+    """A route's topic template names no internal topic: whatever it renders to, its fixed start is not
+    Kafka's `__`, nor (without placeholders) a denied name; what a placeholder renders is refused per request."""
+    fixed = template.split("${", 1)[0]
+    if fixed.startswith(INTERNAL_TOPIC_PREFIX):
+        raise PatternError("Topics whose names start with '__' are Kafka's own: they are never served.")
+    for entry in denied:
+        if (fixed == template and _denied(template, entry)) or (entry.endswith("*") and _denied(fixed, entry)):
+            raise PatternError(f"{template!r} is an internal topic ({entry!r} in SSE_INTERNAL_TOPICS): never served.")
+
+
 VALUE_PATH = re.compile(r"[^.]+(?:\.[^.]+)*")
 
 Where = TypeVar("Where", bound=Hashable)

@@ -24,6 +24,7 @@ from bindings.patterns import (
     PathPattern,
     PatternError,
     check_expressions,
+    check_not_internal,
     check_params,
     check_topic_name,
     check_value_path,
@@ -316,6 +317,7 @@ class Route(models.Model):
             return
         try:
             check_topic_name(self.topic)
+            check_not_internal(self.topic, settings.SSE_INTERNAL_TOPICS)
         except PatternError as exc:
             raise ValidationError({"topic": str(exc)}) from None
 

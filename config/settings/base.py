@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 from datetime import timedelta
 from pathlib import Path
 
@@ -99,6 +100,16 @@ AXES_COOLOFF_TIME = timedelta(minutes=envint("LOGIN_LOCKOUT_MINUTES", 15, minimu
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "admin/lockout.html"
+
+# The addresses (or networks, `10.0.0.0/8`) of the proxies in front whose forwarded headers count: only from one
+# of them, and only on the plain port, does daphne's --proxy-headers choose the client address the limits and the
+# sign-in lockout key on (streams/server/forwarded.py). Empty: none. From anyone else the headers are dropped.
+TRUSTED_PROXIES = tuple(envlist("TRUSTED_PROXIES", ["127.0.0.1"]))
+for _proxy in TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"TRUSTED_PROXIES: {_proxy!r} is not an IP address or network.") from None
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

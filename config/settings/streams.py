@@ -59,13 +59,19 @@ DELIVERY_LOG_MAX_ROWS = envint("DELIVERY_LOG_MAX_ROWS", default=100_000, minimum
 DELIVERY_LOG_SALT = envstr("DELIVERY_LOG_SALT", default="")
 
 # `/metrics` (Prometheus, docs/operations.md): open to whoever reaches it, or only to `Authorization: Bearer <this>`.
+# `/readyz` shows its checks' errors (hosts, ports) to that bearer only, to nobody while this is unset.
 SSE_METRICS_TOKEN = envstr("SSE_METRICS_TOKEN", default="")
+
+# Topics never served, besides Kafka's own (names starting `__`): a name, or a prefix followed by `*`. A route
+# naming one is refused on save; a stream whose template renders one is a 404, as an unknown topic is.
+SSE_INTERNAL_TOPICS = tuple(envlist("SSE_INTERNAL_TOPICS", ["_schemas", "_confluent*"]))
 
 # Limits (docs/operations.md): each refusal is a 429 or 503 problem with `retry-after: SSE_LIMIT_RETRY_AFTER_S`.
 # Streams one web process holds open at once (0: no limit); past it, a 503 sends the client to another process.
 SSE_MAX_STREAMS = envint("SSE_MAX_STREAMS", default=20_000, minimum=0)
 # Streams one client address / one guard identity may hold open per endpoint in one process (0: no limit); an
-# endpoint may set its own. Behind a proxy, run daphne with --proxy-headers so the address is the client's.
+# endpoint may set its own. Behind a proxy, run daphne with --proxy-headers and name the proxy in TRUSTED_PROXIES
+# (config/settings/base.py) so the address is the client's.
 SSE_MAX_STREAMS_PER_CLIENT = envint("SSE_MAX_STREAMS_PER_CLIENT", default=100, minimum=0)
 SSE_MAX_STREAMS_PER_IDENTITY = envint("SSE_MAX_STREAMS_PER_IDENTITY", default=0, minimum=0)
 # Connections one client address (the socket's peer: a proxy is one address) may hold open in one process (0: no

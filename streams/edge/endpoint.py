@@ -22,7 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError
 
-from bindings.patterns import is_topic_name
+from bindings.patterns import is_internal_topic, is_topic_name
 from bindings.selectors import SLOW_CLIENT_CONFLATE, RouteSpec
 from config.logs import log_access, new_request_id, request_id
 from streams.access.guards import Grant, Refusal, authorise
@@ -44,7 +44,7 @@ from streams.edge.http import (
 )
 from streams.edge.limits import LimitReached
 from streams.edge.metrics import STARTS, exposition
-from streams.edge.readiness import PROBES, checks
+from streams.edge.readiness import PROBES, Readiness
 from streams.edge.runtime import Runtime
 from streams.edge.runtime import runtime as process_runtime
 from streams.edge.side_requests import side_request
@@ -67,6 +67,7 @@ class StreamEndpoint:
     def __init__(self, django_app: ASGIApp, runtime: Runtime = process_runtime) -> None:
         self.django_app = django_app
         self.runtime = runtime
+        self.readiness = Readiness(runtime)
         if settings.SSE_BOOTSTRAP_TOPICS:
             self._start_hub_when_serving()
 
@@ -112,15 +113,7 @@ class StreamEndpoint:
         elif scope["path"] == "/metrics":
             await self.metrics(scope, send)
         elif scope["path"] == "/readyz":
-            found = await checks(self.runtime)
-            failed = sorted(name for name, result in found.items() if result != "ok")
-            if failed:
-                detail = "; ".join(f"{name}: {found[name]}" for name in failed)
-                await problem(
-                    send, 503, "Not ready", detail, headers=((b"retry-after", b"5"),), failed=failed, checks=found
-                )
-            else:
-                await respond_json(send, 200, {"status": "ready", "checks": found})
+            await self.readiness.respond(scope, send)
         else:
             await problem(send, 404, "Not found", f"Nothing at {scope['path']}.")
 
@@ -312,6 +305,9 @@ async def open_topic(
     if not is_topic_name(matched.topic):
         detail = f"{matched.topic!r} is not a Kafka topic name."
         return TopicProblem(404, "Unknown topic", detail, "unknown_topic", extra={"topic": matched.topic})
+    if is_internal_topic(matched.topic, settings.SSE_INTERNAL_TOPICS):  # as if it did not exist
+        detail = str(TopicNotFoundError(matched.topic))
+        return TopicProblem(404, "Unknown topic", detail, "unknown_topic", extra={"topic": matched.topic})
     hub = runtime.hub()
     try:
         state = await hub.topic(matched.topic)
@@ -393,5 +389,5 @@ class Registration:
         log_access(
             method=stream.scope["method"], path=stream.path, status=200, bytes=row.bytes,
             duration_ms=round((time.time() - row.opened_at) * 1000, 1), route=self.route.name,
-            end=end.value, events=row.events,
+            end=end.value, events=row.events, client=str((stream.scope.get("client") or ("",))[0]),
         )  # fmt: skip

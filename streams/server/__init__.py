@@ -1,7 +1,9 @@
 """The HTTP server: daphne with write flow control, and HTTPS with HTTP/2.
 
-Holds `daphne` (the server: the app learns when a client's transport is full) and `tls` (HTTPS on a listening
-socket handed to a worker). `python -m streams.server` runs it (`__main__`).
+Holds `daphne` (the server: the app learns when a client's transport is full), `tls` (HTTPS on a listening
+socket handed to a worker) and `forwarded` (the client address: forwarded headers only from a trusted proxy).
+`python -m streams.server` runs it (`__main__`).
 
-Imports nothing of `streams` but itself (one stream imports its flow control), and `config.logs`.
+Imports nothing of `streams` but itself (one stream imports its flow control), `config.logs`, and Django's
+settings (`TRUSTED_PROXIES`), which daphne has loaded with the application by the time the server is built.
 """

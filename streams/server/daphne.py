@@ -43,6 +43,7 @@ from zope.interface import implementer
 from config.logs import log_access
 from streams.server import http2
 from streams.server.deadlines import BoundedHTTPFactory
+from streams.server.forwarded import ClientOrigin, parse_networks
 from streams.server.peers import PeerConnections
 from streams.server.tls import TlsError, TlsListener, certificate_options, listen_tls
 
@@ -239,6 +240,14 @@ class FlowControlServer(Server):  # type: ignore[misc]
         # daphne's `run` builds its factory inline and listens with it at once: ours goes in its place, with
         # request bodies bounded per path and connections on a header deadline (streams/server/deadlines.py).
         self._http_factory = BoundedHTTPFactory(self)
+        # Built after daphne loaded the application, so Django's settings are there (streams/server/forwarded.py).
+        self.client_origin = ClientOrigin(
+            parse_networks(settings.TRUSTED_PROXIES),
+            root_path=self.root_path,
+            address_header=self.proxy_forwarded_address_header,
+            port_header=self.proxy_forwarded_port_header,
+            proto_header=self.proxy_forwarded_proto_header,
+        )
 
     def run(self) -> None:
         http2.install()
@@ -285,6 +294,11 @@ class FlowControlServer(Server):  # type: ignore[misc]
         )
 
     def create_application(self, protocol: Any, scope: dict[str, Any]) -> Any:
+        if scope.get("type") == "http":
+            peer: Any = getattr(protocol, "client", None)  # an IPv4Address, or None when Twisted knows no peer
+            address = (str(peer.host), int(peer.port)) if hasattr(peer, "host") and hasattr(peer, "port") else None
+            self.client_origin.rewrite(scope, address, secure=bool(protocol.isSecure()))
+            protocol.client_addr = scope["client"]  # what daphne's access line names
         if scope.get("type") == "http" and hasattr(protocol, "registerProducer"):
             flow = StreamFlow(protocol) if is_http2(protocol) else Flow(protocol)
             protocol.registerProducer(flow, True)

@@ -1,0 +1,123 @@
+"""Which client a request comes from: the peer, or what a trusted proxy says in its forwarded headers.
+
+daphne's `--proxy-headers` takes `X-Forwarded-For` (its first entry), `X-Forwarded-Port` and `X-Forwarded-Proto`
+from whoever sends them, and `Daphne-Root-Path` from any request. The per-address stream limit, the challenge
+rate and the admin's sign-in lockout all key on the client address, so a client that writes its own
+`X-Forwarded-For` would pick the address they count. `ClientOrigin.rewrite` runs on each request's scope before
+the application sees it and undoes what daphne took, unless the request came from a trusted proxy:
+
+- only a peer inside `TRUSTED_PROXIES` (addresses or networks) is believed, and never on the TLS port, which
+  clients reach directly (a proxy that terminates TLS talks to the plain port);
+- from a trusted peer, the client is the rightmost `X-Forwarded-For` entry that is not itself a trusted proxy:
+  each proxy appends the address it saw, so entries to the left of that one are the client's own writing;
+- from anyone else the forwarded headers are dropped from the scope, so nothing downstream (Django's
+  `SECURE_PROXY_SSL_HEADER`, a log) reads them either;
+- `Daphne-Root-Path` is never honoured: the root path is the server's `--root-path`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from typing import Any
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+FORWARDED_HEADERS = frozenset(
+    {b"x-forwarded-for", b"x-forwarded-port", b"x-forwarded-proto", b"x-forwarded-host", b"x-real-ip", b"forwarded"}
+)
+SCHEMES = ("http", "https")
+LAST_PORT = 65535
+
+
+def parse_networks(entries: Iterable[str]) -> tuple[IPNetwork, ...]:
+    """`127.0.0.1`, `10.0.0.0/8`, `::1` as networks; ValueError names an entry that is neither."""
+    networks = []
+    for entry in entries:
+        try:
+            networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+        except ValueError:
+            raise ValueError(f"{entry!r} is not an IP address or network") from None
+    return tuple(networks)
+
+
+class ClientOrigin:
+    """Set a request scope's `client`, `scheme` and `root_path` from the connection, or from a trusted proxy.
+
+    `address_header` and the others are the header names daphne was told to read (`--proxy-headers`,
+    `--proxy-headers-host`, `--proxy-headers-port`), None when it reads none.
+    """
+
+    def __init__(
+        self,
+        trusted: Iterable[IPNetwork],
+        *,
+        root_path: str,
+        address_header: str | None,
+        port_header: str | None = None,
+        proto_header: str | None = None,
+    ) -> None:
+        self.trusted = tuple(trusted)
+        self.root_path = root_path
+        self.address_header = self._name(address_header)
+        self.port_header = self._name(port_header)
+        self.proto_header = self._name(proto_header)
+        self.dropped = FORWARDED_HEADERS | {name for name in (self.address_header, self.port_header) if name}
+
+    @staticmethod
+    def _name(header: str | None) -> bytes | None:
+        return header.lower().encode("latin-1") if header else None
+
+    def is_trusted(self, host: str) -> bool:
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return any(address in network for network in self.trusted)
+
+    def rewrite(self, scope: dict[str, Any], peer: tuple[str, int] | None, secure: bool) -> None:
+        """Correct `scope` (daphne's, for a request from `peer` over TLS or not) before the application sees it."""
+        scope["root_path"] = self.root_path
+        connection_scheme = "https" if secure else "http"
+        if peer is None or secure or not self.is_trusted(peer[0]):
+            scope["client"] = list(peer) if peer is not None else None
+            scope["scheme"] = connection_scheme
+            scope["headers"] = [(name, value) for name, value in scope["headers"] if name not in self.dropped]
+            return
+        if self.address_header is None:
+            return  # daphne took nothing from the headers; Django may still read them, as they come from a proxy
+        headers = scope["headers"]
+        host = self.client_host(headers)
+        if host is None:
+            scope["client"], scope["scheme"] = list(peer), connection_scheme
+            return
+        scope["client"] = [host, self.forwarded_port(headers)]
+        scope["scheme"] = self.forwarded_scheme(headers, connection_scheme)
+
+    def client_host(self, headers: list[tuple[bytes, bytes]]) -> str | None:
+        """The rightmost forwarded entry that is not a trusted proxy (the leftmost if all are); None if none."""
+        chain = [
+            entry.strip()
+            for name, value in headers
+            if name == self.address_header
+            for entry in value.decode("latin-1").split(",")
+            if entry.strip()
+        ]
+        if not chain:
+            return None
+        for entry in reversed(chain):
+            if not self.is_trusted(entry):
+                return entry
+        return chain[0]
+
+    def forwarded_port(self, headers: list[tuple[bytes, bytes]]) -> int:
+        for name, value in headers:
+            if name == self.port_header and value.strip().isdigit() and int(value.strip()) <= LAST_PORT:
+                return int(value.strip())
+        return 0
+
+    def forwarded_scheme(self, headers: list[tuple[bytes, bytes]], default: str) -> str:
+        for name, value in headers:
+            if name == self.proto_header:
+                scheme = value.decode("latin-1").split(",")[0].strip().lower()
+                return scheme if scheme in SCHEMES else default
+        return default

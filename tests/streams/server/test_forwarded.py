@@ -1,0 +1,76 @@
+"""`ClientOrigin` (streams/server/forwarded.py) on scopes as daphne builds them: which client, which scheme, and
+which headers the application gets. The live server's side is tests/e2e/test_forwarded_headers.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from streams.server.forwarded import ClientOrigin, parse_networks
+
+PROXY = ("10.0.0.5", 41000)
+ORIGIN = ClientOrigin(
+    parse_networks(["10.0.0.0/24", "::1"]),
+    root_path="",
+    address_header="X-Forwarded-For",
+    port_header="X-Forwarded-Port",
+    proto_header="X-Forwarded-Proto",
+)
+
+
+def scope(*headers: tuple[bytes, bytes]) -> dict[str, Any]:
+    """A scope daphne made with --proxy-headers: it believed the first X-Forwarded-For entry and Daphne-Root-Path."""
+    return {"client": ["6.6.6.6", 0], "scheme": "https", "root_path": "/evil", "headers": list(headers)}
+
+
+def test_from_an_untrusted_peer_the_peer_is_the_client_and_forwarded_headers_are_dropped() -> None:
+    given = scope((b"x-forwarded-for", b"6.6.6.6"), (b"x-real-ip", b"6.6.6.6"), (b"forwarded", b"for=6.6.6.6"),
+                  (b"x-forwarded-proto", b"https"), (b"accept", b"text/event-stream"))  # fmt: skip
+    ORIGIN.rewrite(given, ("192.0.2.7", 50000), secure=False)
+    assert given == {"client": ["192.0.2.7", 50000], "scheme": "http", "root_path": "", "headers": [
+        (b"accept", b"text/event-stream")
+    ]}  # fmt: skip
+
+
+def test_over_tls_even_a_trusted_peer_is_not_believed() -> None:
+    given = scope((b"x-forwarded-for", b"198.51.100.1"))
+    ORIGIN.rewrite(given, PROXY, secure=True)
+    assert (given["client"], given["scheme"], given["headers"]) == (list(PROXY), "https", [])
+
+
+@pytest.mark.parametrize(
+    ("forwarded_for", "client"),
+    [
+        ([b"198.51.100.1"], "198.51.100.1"),
+        ([b"6.6.6.6, 198.51.100.1"], "198.51.100.1"),  # the client wrote the left entry
+        ([b"6.6.6.6", b"198.51.100.1, 10.0.0.9"], "198.51.100.1"),  # two headers, and a second trusted proxy
+        ([b"10.0.0.8, 10.0.0.9"], "10.0.0.8"),  # every hop trusted: the first one
+        ([b"not-an-address"], "not-an-address"),
+    ],
+)
+def test_from_a_trusted_proxy_the_client_is_the_rightmost_untrusted_entry(
+    forwarded_for: list[bytes], client: str
+) -> None:
+    given = scope(*((b"x-forwarded-for", value) for value in forwarded_for), (b"x-forwarded-port", b"443"))
+    ORIGIN.rewrite(given, PROXY, secure=False)
+    assert given["client"] == [client, 443]
+    assert given["root_path"] == ""
+
+
+@pytest.mark.parametrize(("proto", "scheme"), [(b"https", "https"), (b"HTTPS", "https"), (b"gopher", "http")])
+def test_a_trusted_proxys_scheme_is_http_or_https(proto: bytes, scheme: str) -> None:
+    given = scope((b"x-forwarded-for", b"198.51.100.1"), (b"x-forwarded-proto", proto), (b"x-forwarded-port", b"x"))
+    ORIGIN.rewrite(given, PROXY, secure=False)
+    assert (given["client"], given["scheme"]) == (["198.51.100.1", 0], scheme)
+
+
+def test_a_trusted_proxy_without_forwarded_for_is_the_client_itself() -> None:
+    given = scope()
+    ORIGIN.rewrite(given, PROXY, secure=False)
+    assert (given["client"], given["scheme"]) == (list(PROXY), "http")
+
+
+def test_a_bad_trusted_proxy_entry_is_named() -> None:
+    with pytest.raises(ValueError, match=r"'10\.0\.0\.300' is not an IP address or network"):
+        parse_networks(["10.0.0.300"])
