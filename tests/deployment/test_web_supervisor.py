@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 from collections.abc import Callable
+from functools import partial
 
 import httpx
 import pytest
@@ -89,6 +90,10 @@ def test_workers_that_keep_dying_at_start_are_restarted_ever_later_and_never_giv
             process.kill()
 
 
+def replaced(supervisor: int, victim: int) -> bool:
+    return len(children(supervisor)) == 2 and victim not in children(supervisor)
+
+
 def test_a_worker_killed_again_and_again_backs_off_while_the_other_keeps_serving() -> None:
     log = supervisor_log_from_here()
     process, port = web_started(WEB_MAX_RESTARTS="2")  # the old supervisor gave up on the third exit
@@ -99,7 +104,7 @@ def test_a_worker_killed_again_and_again_backs_off_while_the_other_keeps_serving
             victim = next(pid for pid in children(process.pid) if pid != survivor)
             os.kill(victim, signal.SIGKILL)
             assert healthy(port)  # the survivor answers, on the same socket, while the slot waits
-            wait_until(lambda v=victim: len(children(process.pid)) == 2 and v not in children(process.pid), timeout=60)
+            wait_until(partial(replaced, process.pid, victim), timeout=60)
         assert process.poll() is None
         assert survivor in children(process.pid), "the other worker was never stopped"
         assert waits(log(), 1 - slot) == [1.0, 2.0, 4.0, 8.0]
