@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 from collections import OrderedDict
@@ -65,6 +66,14 @@ class Grant:
     attributes: dict[str, str] = field(default_factory=dict)
     expires_at: float | None = None  # epoch seconds
     token_id: str | None = None  # the `jti` claim, which a revocation may name
+    token_hash: str = ""  # a digest of the token itself, kept in memory only
+
+    @property
+    def holder(self) -> str:
+        """Whom the per-identity limits count this token against, within its guard: its identity, or for a token
+        without one the token itself (by its digest), so that each such token is a quota of its own rather than
+        no limit at all (docs/operations.md, "Limits")."""
+        return f"identity:{self.identity}" if self.identity else f"token:{self.token_hash}"
 
     def values(self) -> dict[str, str]:
         """The values `${guarded['<guard>'].…}` templates read: only those the token has (a route reading one it
@@ -188,6 +197,7 @@ class Verifier:
             # PyJWT checked int(exp); one past a float's range (10**400) is as good as never.
             expires_at=None if claims.get("exp") is None else float(min(int(claims["exp"]), FAR_FUTURE_S)),
             token_id=None if claims.get("jti") is None else _text(claims["jti"]),
+            token_hash=hashlib.sha256(token.encode()).hexdigest(),
         )
 
 
@@ -362,9 +372,9 @@ async def authorise(
     return refusal
 
 
-async def accepted_by_any(guards: Iterable[GuardSpec], token: str) -> Grant | None:
-    """What the first of `guards` that verifies `token` reads from it; None if none does."""
-    for guard in guards:
+async def accepted_by_any(guards: Iterable[GuardSpec], token: str) -> tuple[str, Grant] | None:
+    """The first of `guards` (by name) that verifies `token`, and what it reads from it; None if none does."""
+    for guard in sorted(guards, key=lambda spec: spec.name):
         with contextlib.suppress(Exception):  # refused, or its keys cannot be read now
-            return await verifiers.get(guard).verify(token)
+            return guard.name, await verifiers.get(guard).verify(token)
     return None
