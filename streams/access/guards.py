@@ -21,7 +21,6 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
@@ -51,9 +50,6 @@ class KeysUnavailable(Exception):
     """The guard's JWKS URL cannot be read or holds no usable key: our fault, not the token's."""
 
 
-# JWKS fetches block; they get threads of their own so a slow identity provider never holds up the threads that
-# load routes. Each fetch ends by SSE_JWKS_TIMEOUT_S (streams/access/jwks.py).
-_jwks_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="jwks")
 FAR_FUTURE_S = 2**53  # an exp past it is as good as never (and a float holds it exactly)
 
 
@@ -122,10 +118,11 @@ class Verifier:
         if self.client is not None:
             if not isinstance(kid, str):
                 raise InvalidToken("no kid")
-            lookup = asyncio.get_running_loop().run_in_executor(_jwks_pool, self.client.signing_key, kid)
             try:
-                # Bounded here too: a name lookup has no timeout, and a request may wait for another's fetch.
-                found = await asyncio.wait_for(lookup, timeout=2 * settings.SSE_JWKS_TIMEOUT_S)
+                # JWKS fetches block: each guard's run on its client's own thread (streams/access/jwks.py), so a
+                # slow identity provider holds up neither the threads that load routes nor another guard. Bounded
+                # here too: a name lookup has no timeout, and a request may wait for another's fetch.
+                found = await asyncio.wait_for(self.client.key(kid), timeout=2 * settings.SSE_JWKS_TIMEOUT_S)
             except JwksError as exc:
                 raise KeysUnavailable(f"guard {self.spec.name}: JWKS: {exc}") from None
             except TimeoutError:
