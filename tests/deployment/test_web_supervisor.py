@@ -21,6 +21,8 @@ from embedded import pid_alive
 from tests.conftest import wait_until
 from tests.support.servers import HOST, VAR, children, free_port, healthy, start_web, stop_web, web_started
 
+import web  # platform/web.py, on the path tests.support.servers gives platform/  # isort: skip
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -50,6 +52,19 @@ def test_killing_the_supervisor_takes_its_workers_down(web: tuple[subprocess.Pop
     process.wait()
     wait_until(lambda: not any(pid_alive(pid) for pid in workers), timeout=20)  # no orphan keeps the port
     assert not healthy(port)
+
+
+def test_a_slots_wait_doubles_up_to_its_cap_and_starts_over_after_a_worker_that_lived() -> None:
+    slot, now, found = web.Slot(), 0.0, []
+    for _ in range(9):  # each worker dies as it starts
+        slot.started_at = now
+        found.append(slot.backoff(now, 60.0))
+        now += found[-1]
+    assert found == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+    slot.started_at = now
+    assert slot.backoff(now + web.STABLE_AFTER_S, 60.0) == 1  # this one lived: not a crash loop
+    slot.started_at = now + web.STABLE_AFTER_S + 1  # its successor dies as it starts: the wait doubles again
+    assert slot.backoff(slot.started_at, 60.0) == 2
 
 
 def supervisor_log_from_here() -> Callable[[], str]:
