@@ -25,8 +25,8 @@ Settings (environment):
     with write flow control; ``daphne`` for stock daphne. It must accept daphne's command line (``--fd``).
 ``WEB_DAPHNE_ARGS``
     extra daphne arguments, split like a shell would (for instance ``-v 0``).
-``WEB_MAX_RESTARTS``
-    how many unexpected worker exits are tolerated per minute (default 5), see below.
+``WEB_RESTART_MAX_DELAY_S``
+    the longest wait before a crash-looping worker is started again (default 60), see below.
 ``MALLOC_ARENA_MAX``
     glibc's malloc arenas per worker (default here 2, where glibc's own is 8 per core). Each thread that allocates
     (the Kafka fetcher, the delivery-log writer, the threads of ``sync_to_async``) may otherwise get an arena of
@@ -54,14 +54,15 @@ is a separate process with its own event loop and its own in-memory cache; none 
 
 Signals: SIGTERM, SIGINT and SIGHUP are forwarded to every worker (SIGHUP as SIGTERM); the workers run in their
 own session, so a terminal's Ctrl-C reaches them only through this forwarding, once. Workers still running
-``STOP_GRACE_S`` seconds later are killed. This process exits when all its workers have exited: 0 after a
-requested stop, 1 otherwise. Each worker also gets SIGKILL from the kernel if this process dies abruptly
+``STOP_GRACE_S`` seconds later are killed. This process exits with 0 when all its workers have exited after a
+stop. Each worker also gets SIGKILL from the kernel if this process dies abruptly
 (``PR_SET_PDEATHSIG``), so no worker is left holding the port.
 
-A worker that exits while no stop was requested is restarted, at most ``WEB_MAX_RESTARTS`` times in any 60 s
-window (all workers together); one more unexpected exit within the window stops all workers and makes this
-process exit 1, as something is wrong with every worker (a bad setting, an import error, a lost database) and
-restarting would only loop.
+A worker that exits while no stop was requested is restarted after a wait that doubles with each exit of its
+slot, from ``RESTART_DELAY_MIN_S`` (1 s) up to ``WEB_RESTART_MAX_DELAY_S``, and is back to 1 s once a worker of
+the slot has lived ``STABLE_AFTER_S`` (60 s). Each wait is logged. A crash loop (a bad setting, an import error, a
+lost database) thus costs a start a minute, never the node: the other workers keep serving, and a worker whose
+cause went away (the database back) serves again within the wait, with nobody to restart the node.
 """
 
 from __future__ import annotations
@@ -80,7 +81,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -94,7 +94,8 @@ from config.env import envint, envstr
 ROOT = Path(__file__).resolve().parent.parent
 APPLICATION = "config.asgi:application"
 DEFAULT_SERVER_MODULE = "streams.server"
-RESTART_WINDOW_S = 60.0
+RESTART_DELAY_MIN_S = 1.0
+STABLE_AFTER_S = 60.0  # a worker that lived this long was not crash-looping: its slot's next wait is the shortest
 STOP_GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1
 # Descriptors a worker holds beyond its streams: listening sockets, Kafka, Postgres and Redis connections, log and
@@ -225,20 +226,42 @@ def _child_setup() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+@dataclass
+class Slot:
+    """One worker's place: when its worker started, how long its next restart waits, and when that is due."""
+
+    started_at: float = 0.0
+    delay_s: float = 0.0  # the last wait; 0 until a worker of this slot exits unexpectedly
+    restart_at: float | None = None  # monotonic time of the pending restart, if any
+
+    def backoff(self, now: float, max_delay_s: float) -> float:
+        """The wait before the next start: the shortest after a worker that lived, else twice the last, capped."""
+        if self.delay_s == 0.0 or now - self.started_at >= STABLE_AFTER_S:
+            self.delay_s = RESTART_DELAY_MIN_S
+        else:
+            self.delay_s = min(2 * self.delay_s, max_delay_s)
+        self.restart_at = now + self.delay_s
+        return self.delay_s
+
+
 class Supervisor:
     def __init__(
-        self, sock: socket.socket, processes: int, argv_tail: list[str], max_restarts: int, https: Https | None = None
+        self,
+        sock: socket.socket,
+        processes: int,
+        argv_tail: list[str],
+        max_delay_s: float = 60.0,
+        https: Https | None = None,
     ) -> None:
         self.sock = sock
         self.https = https
         self.processes = processes
         self.argv_tail = argv_tail
-        self.max_restarts = max_restarts
+        self.max_delay_s = max(max_delay_s, RESTART_DELAY_MIN_S)
         self.workers: dict[int, tuple[int, subprocess.Popen[bytes]]] = {}  # pid -> (slot, process)
-        self.restarts: deque[float] = deque()
+        self.slots = [Slot() for _ in range(processes)]
         self.stopping = False
         self.stop_deadline = 0.0
-        self.failed = False
         self.pending_signal: int | None = None
 
     def spawn(self, slot: int) -> None:
@@ -261,6 +284,7 @@ class Supervisor:
             preexec_fn=_child_setup,  # noqa: PLW1509
         )
         self.workers[worker.pid] = (slot, worker)
+        self.slots[slot].started_at = time.monotonic()
         log(f"worker {slot} started (pid {worker.pid})")
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -273,6 +297,8 @@ class Supervisor:
             log(f"{signal.Signals(signum).name}: stopping {len(self.workers)} worker(s)")
             self.stopping = True
             self.stop_deadline = time.monotonic() + STOP_GRACE_S
+            for slot in self.slots:
+                slot.restart_at = None
         for pid in list(self.workers):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, forward)
@@ -286,17 +312,25 @@ class Supervisor:
             forget_metrics(pid)
             if self.stopping:
                 continue
-            log(f"worker {slot} (pid {pid}) exited unexpectedly with status {code}")
             now = time.monotonic()
-            while self.restarts and now - self.restarts[0] > RESTART_WINDOW_S:
-                self.restarts.popleft()
-            if len(self.restarts) >= self.max_restarts:
-                log(f"more than {self.max_restarts} unexpected exits within {RESTART_WINDOW_S:.0f}s: giving up")
-                self.failed = True
-                self.stop(signal.SIGTERM)
-            else:
-                self.restarts.append(now)
-                self.spawn(slot)
+            lived = now - self.slots[slot].started_at
+            delay = self.slots[slot].backoff(now, self.max_delay_s)
+            log(
+                f"worker {slot} (pid {pid}) exited unexpectedly with status {code} after {lived:.1f}s: "
+                f"restarting it in {delay:g}s"
+            )
+
+    def restart_due(self) -> None:
+        now = time.monotonic()
+        for number, slot in enumerate(self.slots):
+            if slot.restart_at is not None and slot.restart_at <= now and not self.stopping:
+                slot.restart_at = None
+                self.spawn(number)
+
+    def wait_s(self) -> float:
+        """How long the loop may sleep: a second at most (a lost wakeup costs no more), less if a restart is due."""
+        due = [slot.restart_at for slot in self.slots if slot.restart_at is not None]
+        return 1.0 if not due else min(1.0, max(0.0, min(due) - time.monotonic()))
 
     def run(self) -> int:
         wake_r, wake_w = os.pipe()
@@ -307,21 +341,22 @@ class Supervisor:
             signal.signal(sig, self.on_signal)
         for slot in range(self.processes):
             self.spawn(slot)
-        while self.workers:
-            select.select([wake_r], [], [], 1.0)
+        while self.workers or not self.stopping:  # a slot waiting to restart has no worker meanwhile
+            select.select([wake_r], [], [], self.wait_s())
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 512)
             if self.pending_signal is not None:
                 signum, self.pending_signal = self.pending_signal, None
                 self.stop(signum)
             self.reap()
+            self.restart_due()
             if self.stopping and self.workers and time.monotonic() > self.stop_deadline:
                 log(f"{len(self.workers)} worker(s) still running {STOP_GRACE_S:.0f}s after the stop: killing them")
                 for pid in list(self.workers):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                 self.stop_deadline = float("inf")
-        return 1 if self.failed or not self.stopping else 0
+        return 0
 
 
 def main() -> int:
@@ -330,8 +365,8 @@ def main() -> int:
         port = envint("WEB_PORT", 8000, minimum=0, maximum=65535)
         backlog = envint("WEB_BACKLOG", 4096, minimum=1)
         processes = envint("WEB_PROCESSES", os.cpu_count() or 1, minimum=1)
-        max_restarts = envint("WEB_MAX_RESTARTS", 5, minimum=0)
         max_streams = envint("SSE_MAX_STREAMS", 20_000, minimum=0)
+        max_delay_s = envint("WEB_RESTART_MAX_DELAY_S", 60, minimum=1)
         https_port = tls_port()
     except ImproperlyConfigured as exc:
         sys.exit(f"web: {exc}")
@@ -351,7 +386,9 @@ def main() -> int:
     log(f"listening on {host}:{sock.getsockname()[1]} (backlog {backlog}), {processes} worker(s)")
     if https is not None:
         log(f"https on {host}:{https.sock.getsockname()[1]} (HTTP/2 and HTTP/1.1), certificate {https.cert}")
-    return Supervisor(sock, processes, extra, max_restarts, https).run()
+    if "WEB_MAX_RESTARTS" in os.environ:
+        log("WEB_MAX_RESTARTS is no longer read: a crash-looping worker is restarted ever later, never given up")
+    return Supervisor(sock, processes, extra, max_delay_s, https).run()
 
 
 if __name__ == "__main__":

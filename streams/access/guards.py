@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
@@ -50,9 +50,6 @@ class KeysUnavailable(Exception):
     """The guard's JWKS URL cannot be read or holds no usable key: our fault, not the token's."""
 
 
-# JWKS fetches block; they get threads of their own so a slow identity provider never holds up the threads that
-# load routes. Each fetch ends by SSE_JWKS_TIMEOUT_S (streams/access/jwks.py).
-_jwks_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="jwks")
 FAR_FUTURE_S = 2**53  # an exp past it is as good as never (and a float holds it exactly)
 
 
@@ -65,6 +62,14 @@ class Grant:
     attributes: dict[str, str] = field(default_factory=dict)
     expires_at: float | None = None  # epoch seconds
     token_id: str | None = None  # the `jti` claim, which a revocation may name
+    token_hash: str = ""  # a digest of the token itself, kept in memory only
+
+    @property
+    def holder(self) -> str:
+        """Whom the per-identity limits count this token against, within its guard: its identity, or for a token
+        without one the token itself (by its digest), so that each such token is a quota of its own rather than
+        no limit at all (docs/operations.md, "Limits")."""
+        return f"identity:{self.identity}" if self.identity else f"token:{self.token_hash}"
 
     def values(self) -> dict[str, str]:
         """The values `${guarded['<guard>'].…}` templates read: only those the token has (a route reading one it
@@ -113,10 +118,11 @@ class Verifier:
         if self.client is not None:
             if not isinstance(kid, str):
                 raise InvalidToken("no kid")
-            lookup = asyncio.get_running_loop().run_in_executor(_jwks_pool, self.client.signing_key, kid)
             try:
-                # Bounded here too: a name lookup has no timeout, and a request may wait for another's fetch.
-                found = await asyncio.wait_for(lookup, timeout=2 * settings.SSE_JWKS_TIMEOUT_S)
+                # JWKS fetches block: each guard's run on its client's own thread (streams/access/jwks.py), so a
+                # slow identity provider holds up neither the threads that load routes nor another guard. Bounded
+                # here too: a name lookup has no timeout, and a request may wait for another's fetch.
+                found = await asyncio.wait_for(self.client.key(kid), timeout=2 * settings.SSE_JWKS_TIMEOUT_S)
             except JwksError as exc:
                 raise KeysUnavailable(f"guard {self.spec.name}: JWKS: {exc}") from None
             except TimeoutError:
@@ -188,6 +194,7 @@ class Verifier:
             # PyJWT checked int(exp); one past a float's range (10**400) is as good as never.
             expires_at=None if claims.get("exp") is None else float(min(int(claims["exp"]), FAR_FUTURE_S)),
             token_id=None if claims.get("jti") is None else _text(claims["jti"]),
+            token_hash=hashlib.sha256(token.encode()).hexdigest(),
         )
 
 
@@ -362,9 +369,9 @@ async def authorise(
     return refusal
 
 
-async def accepted_by_any(guards: Iterable[GuardSpec], token: str) -> Grant | None:
-    """What the first of `guards` that verifies `token` reads from it; None if none does."""
-    for guard in guards:
+async def accepted_by_any(guards: Iterable[GuardSpec], token: str) -> tuple[str, Grant] | None:
+    """The first of `guards` (by name) that verifies `token`, and what it reads from it; None if none does."""
+    for guard in sorted(guards, key=lambda spec: spec.name):
         with contextlib.suppress(Exception):  # refused, or its keys cannot be read now
-            return await verifiers.get(guard).verify(token)
+            return guard.name, await verifiers.get(guard).verify(token)
     return None

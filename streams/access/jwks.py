@@ -4,10 +4,15 @@ An identity provider's endpoint is a server we do not run. urllib's timeout boun
 the fetch, so a server trickling a byte a second would hold a thread for ever; and a body is read to its end,
 however large. Here a timer shuts the socket down at the deadline (connect, TLS, headers and body together),
 and the body is read up to `SSE_JWKS_MAX_BYTES`. The keys are built with PyJWT's `PyJWKSet`.
+
+Each guard's client fetches on a thread of its own: a provider that hangs holds up the guards that use it, for
+up to the timeout, and no other guard's requests (one pool shared by every guard let two hung fetches stall
+them all).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.client
 import json
@@ -16,6 +21,7 @@ import socket
 import ssl
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -112,7 +118,7 @@ def signing_keys(body: bytes) -> dict[str, PyJWK]:
 
 class JwksClient:
     """One JWKS URL's keys: fetched when first needed, refetched after `LIFESPAN_S` or for an unknown kid (at
-    most every `REFETCH_S`). Its methods block; callers run them in a thread pool."""
+    most every `REFETCH_S`). `key` runs the blocking lookup on the client's own thread."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -120,6 +126,14 @@ class JwksClient:
         self.error: str | None = None  # why the last fetch failed, until the next one
         self.fetched_at: float | None = None  # time.monotonic() of the last fetch, successful or not
         self.lock = threading.Lock()  # one fetch at a time; the others wait for its keys
+        # One thread: fetches are one at a time anyway (the lock). Lookups queue behind a hung fetch here, and a
+        # caller that stops waiting takes its queued lookup back (asyncio cancels the pending future). The thread
+        # ends when the client is dropped (the executor is collected).
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jwks")
+
+    async def key(self, kid: str) -> PyJWK | None:
+        """`signing_key`, run on this client's thread."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self.signing_key, kid)
 
     def signing_key(self, kid: str) -> PyJWK | None:
         """The key for `kid`, or None if the provider has none; JwksError if the keys cannot be read."""

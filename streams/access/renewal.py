@@ -6,6 +6,12 @@ token; the answer is always 204. The token is broadcast on the Channels layer, s
 each verifies it with the guards of its open streams, and a valid token with the same identity, whose roles
 still satisfy a stream's route, extends that stream. Tokens without an identity are never challenged.
 
+The broadcast carries the token sealed (Fernet: AES-CBC and an HMAC) with a key derived from `SECRET_KEY`, never
+in clear: Redis, its persistence files and whoever reads its traffic hold a bearer token otherwise, good for any
+stream until it expires. Every web process shares `SECRET_KEY`; a process also opens what was sealed with one of
+`SECRET_KEY_FALLBACKS`, so a rotation renews across processes that have and have not restarted yet. A broadcast
+that opens with none of them (not ours, or tampered with) renews nothing.
+
 A renewal extends a stream only if it gives the same value for every attribute the stream's topic and filters
 read: the stream was opened for those values, and rendering its templates anew mid-stream would mix two
 selections in one event sequence. Such a renewal is ignored for that stream, which ends when its old token
@@ -15,12 +21,19 @@ expires; the client reconnects with the new token and is served what the new val
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from typing import Protocol
 
 from channels.layers import get_channel_layer
+from cryptography.fernet import Fernet, MultiFernet
+from cryptography.fernet import InvalidToken as UnreadableSeal
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from django.conf import settings
 
 from bindings.selectors import GuardSpec, RouteSpec
 from streams.access.guards import Grant, route_guard_values, verifiers
@@ -37,6 +50,33 @@ CHALLENGE_CONTENT_TYPE = b"application/x-challenge-response"
 CHALLENGE_EVENT = (
     b'event:challenge\ndata:{"method":"POST","headers":{"content-type":"application/x-challenge-response"}}\n\n'
 )
+
+
+SEAL_PURPOSE = b"sse-platform: challenge response broadcast"  # this key opens nothing else derived from SECRET_KEY
+
+
+@functools.lru_cache(maxsize=8)
+def _fernet(secret: str) -> Fernet:
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=SEAL_PURPOSE).derive(secret.encode())
+    return Fernet(base64.urlsafe_b64encode(key))
+
+
+def _sealer() -> MultiFernet:
+    """Seals with SECRET_KEY; opens what SECRET_KEY or one of its fallbacks sealed."""
+    return MultiFernet([_fernet(secret) for secret in (settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS)])
+
+
+def seal(token: str) -> str:
+    """A token as the broadcast carries it: readable only with a key derived from SECRET_KEY."""
+    return _sealer().encrypt(token.encode()).decode("ascii")
+
+
+def unseal(sealed: str) -> str | None:
+    """The token a broadcast carries, or None if none of our keys opens it."""
+    try:
+        return _sealer().decrypt(sealed.encode("ascii")).decode()
+    except (UnreadableSeal, UnicodeError):
+        return None
 
 
 class GuardedStream(Protocol):
@@ -104,9 +144,14 @@ class Renewals:
 
     async def _listen(self) -> None:
         async def heard(message: dict[str, object]) -> None:
-            token = message.get("token")
-            if isinstance(token, str) and self.streams:
-                await self.reauthorize(token)
+            sealed = message.get("sealed")
+            if not isinstance(sealed, str) or not self.streams:
+                return
+            token = unseal(sealed)
+            if token is None:
+                log.warning("a renewal broadcast that none of our keys opens is ignored (another SECRET_KEY?)")
+                return
+            await self.reauthorize(token)
 
         def lost() -> None:
             self._deaf = True
@@ -125,7 +170,7 @@ class Renewals:
             await self.reauthorize(token)
             return
         try:
-            message = {"type": "streams.reauthorize", "token": token}
+            message = {"type": "streams.reauthorize", "sealed": seal(token)}
             await asyncio.wait_for(layer.group_send(REAUTHORIZE_GROUP, message), BROADCAST_TIMEOUT_S)
         except Exception:
             log.warning("could not broadcast a challenge response; renewing this process's streams only", exc_info=True)

@@ -42,7 +42,7 @@ from streams.edge.http import (
     respond_json,
     since_param,
 )
-from streams.edge.limits import LimitReached
+from streams.edge.limits import LimitReached, identity_of
 from streams.edge.metrics import STARTS, exposition
 from streams.edge.readiness import PROBES, Readiness
 from streams.edge.runtime import Runtime
@@ -52,7 +52,7 @@ from streams.hub.topic_state import TopicState
 from streams.kafka.client import KafkaUnavailableError, ReaderStats, TopicNotFoundError
 from streams.routes.matching import Match
 from streams.server.daphne import FLOW_EXTENSION
-from streams.stream.opening import Opened, guarded_identity, open_subscription, stream_row
+from streams.stream.opening import Opened, open_subscription, stream_row
 from streams.stream.pump import Pump
 from streams.stream.reader import Source, start_source
 from streams.telemetry.delivery_log import StreamRow
@@ -223,7 +223,7 @@ class Stream:
             await self.problem(400, "Bad request", str(exc), reason="since")
             return
         client = str((self.scope.get("client") or ("",))[0])
-        ticket = self.runtime.limits.admit(matched.route.endpoint, client, guarded_identity(matched))
+        ticket = self.runtime.limits.admit(matched.route.endpoint, client, identity_of(matched.route, self.grants))
         if isinstance(ticket, LimitReached):
             await self.problem(ticket.status, ticket.title, ticket.detail, reason=ticket.reason, headers=ticket.headers)
             return

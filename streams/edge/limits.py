@@ -3,7 +3,11 @@
 - streams open at once: per process (`SSE_MAX_STREAMS`, a 503: another process or node may have room), per
   client address and per guard identity (`SSE_MAX_STREAMS_PER_CLIENT`, `SSE_MAX_STREAMS_PER_IDENTITY`, or the
   endpoint's own values; a 429), counted per endpoint;
-- challenge responses per identity (or per client address, without a valid token) per minute (a 429).
+- challenge responses per guard identity (or per client address, without a valid token) per minute (a 429).
+
+An identity is a guard's and an identity claim's value together: two guards (two identity providers) that both
+name a user "alice" name two users, each with a quota. A valid token without an identity claim counts as its own
+identity (by its digest), so it is limited like any other rather than not at all.
 
 Each refusal is a problem response with `retry-after`, counted in the metrics and the delivery log under its
 reason. Counts are per process: with N workers behind one socket, a client may hold up to N times its limit.
@@ -13,11 +17,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from django.conf import settings
 
-from bindings.selectors import EndpointSpec
+from bindings.selectors import EndpointSpec, RouteSpec
+from streams.access.guards import Grant
 
 RATE_WINDOW_S = 60.0
 RATE_KEYS_KEPT = 10_000  # past this many keys, those idle for a window are forgotten
@@ -42,18 +48,19 @@ class LimitReached:
 class Ticket:
     """An admitted stream's place in the counts, given back when it ends."""
 
-    client: tuple[str, str]
-    identity: tuple[str, str] | None
+    client: tuple[str, ...]
+    identity: tuple[str, ...] | None
 
 
 class StreamLimits:
     def __init__(self) -> None:
         self.open = 0
-        self.by_client: Counter[tuple[str, str]] = Counter()
-        self.by_identity: Counter[tuple[str, str]] = Counter()
+        self.by_client: Counter[tuple[str, ...]] = Counter()
+        self.by_identity: Counter[tuple[str, ...]] = Counter()  # (endpoint, guard, holder) -> streams
 
-    def admit(self, endpoint: EndpointSpec, client: str, identity: str | None) -> Ticket | LimitReached:
-        """Count a stream about to open, or say which limit it would pass."""
+    def admit(self, endpoint: EndpointSpec, client: str, identity: tuple[str, str] | None) -> Ticket | LimitReached:
+        """Count a stream about to open, or say which limit it would pass. `identity`: (guard, holder), from
+        `identity_of`."""
         retry = settings.SSE_LIMIT_RETRY_AFTER_S
         if settings.SSE_MAX_STREAMS and self.open >= settings.SSE_MAX_STREAMS:
             detail = f"This server holds its maximum of {settings.SSE_MAX_STREAMS} streams; retry in a moment."
@@ -64,9 +71,11 @@ class StreamLimits:
             detail = f"This client address has {per_client} streams open on this endpoint, its maximum."
             return LimitReached(429, "Too many streams", detail, "max_streams_per_client", retry)
         per_identity = _limit(endpoint.max_streams_per_identity, settings.SSE_MAX_STREAMS_PER_IDENTITY)
-        by_identity = None if identity is None else (endpoint.name, identity)
-        if by_identity is not None and per_identity and self.by_identity[by_identity] >= per_identity:
-            detail = f"This identity has {per_identity} streams open on this endpoint, its maximum."
+        by_identity = None if identity is None else (endpoint.name, *identity)
+        if identity is not None and per_identity and self.by_identity[(endpoint.name, *identity)] >= per_identity:
+            guard, holder = identity
+            whom = "identity" if holder.startswith("identity:") else "token (it has no identity)"
+            detail = f"This {whom} of guard {guard!r} has {per_identity} streams open on this endpoint, its maximum."
             return LimitReached(429, "Too many streams", detail, "max_streams_per_identity", retry)
         self.open += 1
         self.by_client[by_client] += 1
@@ -114,7 +123,17 @@ def _limit(own: int | None, default: int) -> int:
     return default if own is None else own
 
 
-def _decrement(counter: Counter[tuple[str, str]], key: tuple[str, str]) -> None:
+def _decrement(counter: Counter[tuple[str, ...]], key: tuple[str, ...]) -> None:
     counter[key] -= 1
     if counter[key] <= 0:
         del counter[key]
+
+
+def identity_of(route: RouteSpec, grants: Mapping[str, Grant]) -> tuple[str, str] | None:
+    """Whom a stream counts against: (guard, holder) of the first of the route's guards whose token names an
+    identity, else of its first guard (the token then counts as its own identity); None on an unguarded route."""
+    names = [guard.name for guard, _ in route.guarded if guard.name in grants]
+    if not names:
+        return None
+    name = next((name for name in names if grants[name].identity), names[0])
+    return name, grants[name].holder

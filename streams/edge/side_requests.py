@@ -64,7 +64,8 @@ async def preflight(scope: Scope, send: Send, path: str, routes: RouteTable) -> 
 
 async def challenge_response(scope: Scope, receive: Receive, send: Send, path: str, runtime: Runtime) -> None:
     """A client's answer to a `challenge` event: 204, and its token renews matching streams everywhere; 413 for a
-    body (it has none by contract) over MAX_CHALLENGE_BODY_BYTES, 429 past the identity's rate."""
+    body (it has none by contract) over MAX_CHALLENGE_BODY_BYTES, 429 past the rate of the token's guard and
+    identity (or of the token, without an identity; of the client address, without a valid token)."""
     routes = runtime.routes
     try:
         matched = await routes.match(path)
@@ -86,9 +87,10 @@ async def challenge_response(scope: Scope, receive: Receive, send: Send, path: s
             break
     token = credentials(scope)
     # Only a token one of our guards accepts goes to every process: garbage stays here.
-    grant = None if token is None else await accepted_by_any(routes.guards(), token)
+    accepted = None if token is None else await accepted_by_any(routes.guards(), token)
     client = str((scope.get("client") or ("",))[0])
-    key = f"identity:{grant.identity}" if grant is not None and grant.identity else f"client:{client}"
+    # Per guard: two identity providers may both name a user "alice", who are not one user.
+    key = f"client:{client}" if accepted is None else f"guard:{accepted[0]}\0{accepted[1].holder}"
     wait = runtime.challenges.take(key)
     if wait:
         retry = max(1, math.ceil(wait))
@@ -99,5 +101,5 @@ async def challenge_response(scope: Scope, receive: Receive, send: Send, path: s
         return
     await send({"type": "http.response.start", "status": 204, "headers": list(cors)})
     await send({"type": "http.response.body", "body": b""})
-    if token is not None and grant is not None:
+    if token is not None and accepted is not None:
         await runtime.renewals.broadcast(token)

@@ -13,6 +13,7 @@ import contextlib
 import http.server
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -28,7 +29,7 @@ import yaml
 from django.conf import settings
 
 from tests.conftest import wait_until
-from tests.deployment.test_settings_production import GOOD_KEY
+from tests.deployment.test_settings_production import GOOD_KEY, production_env, run
 from tests.support.servers import HOST, ROOT, free_port, url_of_test_database
 
 DOCKER = ROOT / "docker"
@@ -273,3 +274,20 @@ def test_the_image_command_line_starts_and_answers_healthz(tmp_path: Path) -> No
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_compose_names_the_hosts_it_serves_and_the_settings_read_them() -> None:
+    """No `*` (any Host header) nor `.domain` (every sub-domain): the hosts are named, and the production
+    settings read exactly those names from the value compose gives (its default when the environment sets none)."""
+    given = str(compose()["x-environment"]["DJANGO_ALLOWED_HOSTS"])  # type: ignore[index]
+    expression = re.fullmatch(r"\$\{DJANGO_ALLOWED_HOSTS:-([^}]*)\}", given)
+    value = expression.group(1) if expression else given
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    assert names, "compose names at least one host"
+    assert not [name for name in names if "*" in name or name.startswith(".")], f"a wildcard host in {given!r}"
+    probe = "from django.conf import settings; print(json.dumps(settings.ALLOWED_HOSTS))"
+    env = production_env(DJANGO_SECRET_KEY=GOOD_KEY, DJANGO_ALLOWED_HOSTS=value)
+    result = run([sys.executable, "-c", f"import json; {probe}"], env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == names
+    assert "localhost" in names, "the published port is reached from this machine"

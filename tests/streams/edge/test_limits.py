@@ -162,3 +162,65 @@ def test_challenge_responses_past_the_rate_are_429_and_a_body_over_the_bound_413
         assert too_big.json()["title"] == "Content too large"
     finally:
         server.stop()
+
+
+OTHER_ISSUER = "https://other-idp.example.com"
+
+
+def two_guards_on_one_endpoint(topic: str, **endpoint: object) -> tuple[str, str]:
+    """Routes under one endpoint, guarded by two guards of two identity providers that both know an "alice"."""
+    ours, theirs = unique("jwt"), unique("jwt")
+    do_put_guard(**guard_fields(ours))
+    do_put_guard(**guard_fields(theirs, issuer=OTHER_ISSUER))
+    name = unique("lim")
+    do_put_endpoint(name=name, **endpoint)  # type: ignore[arg-type]
+    for suffix, guard in (("ours", ours), ("theirs", theirs)):
+        do_put_route(
+            name=f"{name}-{suffix}", path=f"/{name}/{suffix}", topic=topic, endpoint=name, guarded={guard: ["read"]}
+        )
+    return f"/{name}/ours", f"/{name}/theirs"
+
+
+def bearer(jwt: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {jwt}"}
+
+
+def test_the_identity_limit_counts_per_guard_and_a_token_without_identity_as_its_own(
+    daphne_url: str, new_topic: Callable[..., str]
+) -> None:
+    """Two identity providers' "alice" are two users; a token without `sub` is limited, not let through."""
+    ours, theirs = two_guards_on_one_endpoint(new_topic(), max_streams_per_identity=1)
+    alice, other_alice = token("alice"), token("alice", issuer=OTHER_ISSUER)
+    anonymous, another_anonymous = token(None), token(None, jti="another")
+    with (
+        EventStream(daphne_url + ours, headers=bearer(alice)) as first,
+        EventStream(daphne_url + theirs, headers=bearer(other_alice)) as second,
+        EventStream(daphne_url + ours, headers=bearer(anonymous)) as third,
+        EventStream(daphne_url + ours, headers=bearer(another_anonymous)) as fourth,
+    ):
+        for stream in (first, second, third, fourth):
+            assert stream.next_block().retry is not None
+        body = refused(httpx.get(daphne_url + ours, headers=bearer(alice), timeout=10), 429)
+        assert "This identity of guard" in str(body["detail"])
+        body = refused(httpx.get(daphne_url + ours, headers=bearer(anonymous), timeout=10), 429)
+        assert "This token (it has no identity) of guard" in str(body["detail"])
+
+
+def test_challenge_responses_are_counted_per_guard_identity_and_per_token_without_one(
+    new_topic: Callable[..., str],
+) -> None:
+    server = start_daphne({"SSE_MAX_CHALLENGE_RESPONSES_PER_MIN": "2"}, log_name="test-daphne-challenge-guards")
+    try:
+        ours, _ = two_guards_on_one_endpoint(new_topic())
+        post = {"content-type": "application/x-challenge-response"}
+
+        def answer(jwt: str) -> int:
+            return httpx.post(server.url + ours, headers={**post, **bearer(jwt)}, timeout=10).status_code
+
+        alice, anonymous = token("alice"), token(None)
+        assert [answer(alice), answer(alice), answer(alice)] == [204, 204, 429]
+        assert answer(token("alice", issuer=OTHER_ISSUER)) == 204, "another provider's alice has her own rate"
+        assert [answer(anonymous), answer(anonymous), answer(anonymous)] == [204, 204, 429]
+        assert answer(token(None, jti="another")) == 204, "another token without identity has its own rate"
+    finally:
+        server.stop()
