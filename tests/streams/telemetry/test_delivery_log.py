@@ -24,7 +24,7 @@ LIVE = "live"
 
 
 def rows(directory: Path, table: str) -> list[dict[str, Any]]:
-    files = sorted((directory / table).rglob("*.parquet"))
+    files = sorted(path for path in (directory / table).rglob("*.parquet") if not path.name.startswith("."))
     return [row for path in files for row in pq.read_table(path).to_pylist()]
 
 
