@@ -6,6 +6,12 @@ from dataclasses import dataclass
 
 Config = dict[str, str | int | float | bool]
 
+# Apache Kafka creates a topic that a metadata request names when `auto.create.topics.enable` is on, its default,
+# and librdkafka's producers (and the admin client, a producer inside) ask it to: a deleted topic that a client
+# still knew would come back, with the broker's default partitions, under the streams that just ended. The
+# platform creates the topics it needs itself (streams/kafka/admin.py), so none of its clients ever asks.
+NEVER_CREATE: Config = {"allow.auto.create.topics": False}
+
 
 @dataclass(frozen=True)
 class KafkaSettings:
@@ -37,6 +43,7 @@ class KafkaSettings:
             "queued.max.messages.kbytes": self.fetch_queue_kbytes,
             "fetch.max.bytes": min(52428800, self.fetch_queue_kbytes * 1024),
             "socket.connection.setup.timeout.ms": int(self.metadata_timeout_s * 1000),
+            **NEVER_CREATE,
         }
 
     def producer_config(self) -> Config:
@@ -44,7 +51,8 @@ class KafkaSettings:
             "bootstrap.servers": self.bootstrap_servers,
             "client.id": self.client_id,
             "linger.ms": 2,
+            **NEVER_CREATE,
         }
 
     def admin_config(self) -> Config:
-        return {"bootstrap.servers": self.bootstrap_servers, "client.id": self.client_id}
+        return {"bootstrap.servers": self.bootstrap_servers, "client.id": self.client_id, **NEVER_CREATE}

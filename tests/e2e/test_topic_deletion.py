@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from django.conf import settings
 
@@ -109,3 +110,21 @@ def test_a_deleted_topic_ends_its_streams_and_spares_the_worker_and_the_others(
     assert len(received) == len(produced)  # nothing lost, nothing repeated
     assert health(server.url)["topics_deleted"] == 2
     wait_until(lambda: health(server.url)["fetch_streams"] == 0)
+
+
+def test_the_platforms_clients_never_create_a_topic_by_naming_it(new_topic: Callable[..., str]) -> None:
+    """The broker of the tests creates topics on demand (Apache Kafka's default), as many do: a client that names
+    a topic must not bring it back after its deletion, nor create one a stream asked for."""
+    absent, deleted = unique("t-never"), new_topic()
+    delete(deleted)
+    producer = Producer({**settings.KAFKA.producer_config(), "message.timeout.ms": 2000})
+    admin = AdminClient(settings.KAFKA.admin_config())
+    for name in (absent, deleted):
+        producer.list_topics(name, timeout=5)
+        admin.list_topics(name, timeout=5)
+        producer.produce(name, b"x")
+    producer.flush(3)
+    time.sleep(1)  # a creation would have been done by now; nothing to poll for when nothing should happen
+    topics = admin.list_topics(timeout=5).topics
+    assert absent not in topics
+    assert deleted not in topics
