@@ -47,12 +47,16 @@ def silent_port() -> Iterator[tuple[str, list[bytes]]]:
     """A port that reads what it is sent and closes without an answer: a service that is not a registry. It lists
     the requests it heard."""
     listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)  # closing a socket does not wake its accept(): the loop looks at `stop` instead
     accepted: list[bytes] = []
+    stop = threading.Event()
 
     def serve() -> None:
-        while True:
+        while not stop.is_set():
             try:
                 connection, _ = listener.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
             with connection:
@@ -62,8 +66,9 @@ def silent_port() -> Iterator[tuple[str, list[bytes]]]:
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
-    listener.close()
+    stop.set()
     thread.join(5)
+    listener.close()
 
 
 def test_it_reads_a_schema_by_id_and_by_subject_version(confluent_registry, schema_registry) -> None:
