@@ -209,7 +209,21 @@ class TopicModel(models.Model):
         names = ("model", "catalog", "strategy", "schema_id", "subject", "version", "record", "encoding")
         return {name: getattr(self, f"{side}_{name}") for name in names}
 
+    def fill_defaults(self) -> None:
+        """What a side leaves out, filled in, so that one model is stored one way however it was written: the
+        strategy inferred from an id or a subject (else topic), version latest, a string's encoding utf_8."""
+        for side in SIDES:
+            fields = self.side(side)
+            if fields["catalog"] is not None and not fields["strategy"]:
+                strategy = "id" if fields["schema_id"] is not None else "subject" if fields["subject"] else "topic"
+                setattr(self, f"{side}_strategy", strategy)
+            if fields["catalog"] is not None and not fields["version"] and getattr(self, f"{side}_strategy") != "id":
+                setattr(self, f"{side}_version", LATEST)
+            if fields["model"] == self.Model.STRING and not fields["encoding"]:
+                setattr(self, f"{side}_encoding", DEFAULT_ENCODING)
+
     def clean(self) -> None:
+        self.fill_defaults()
         errors: dict[str, list[str]] = {}
         if self.topic and not TOPIC_PATTERN.fullmatch(self.topic):
             errors["topic"] = ["A topic has 1 to 249 letters, digits, '.', '_', '-', and * for any run of them."]

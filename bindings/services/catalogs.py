@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from bindings.history import CATALOG, SHELL, TOPIC_MODEL, Actor, object_state, record
-from bindings.models import DEFAULT_ENCODING, DEFAULT_MAX_AGE_S, LATEST, Catalog, InlineSchema, TopicModel
+from bindings.models import DEFAULT_MAX_AGE_S, Catalog, InlineSchema, TopicModel
 from bindings.models.catalogs import SIDES
 from bindings.services.checks import Errors, add, check_shape, collect
 from bindings.shapes import CatalogShape, TopicModelShape
@@ -145,7 +145,7 @@ def do_put_topic_model(
     actor: Actor = SHELL,
 ) -> TopicModel:
     """Create or replace the models of the topics `topic` covers (idempotent); each side as the API writes it
-    (`ModelShape`), None for raw bytes."""
+    (`ModelShape`), None for raw bytes. What a side leaves out is filled in (`TopicModel.fill_defaults`)."""
     check_shape(TopicModelShape, {"topic": topic, "key": key, "value": value})
     topic_model = TopicModel.objects.select_for_update().filter(topic=topic).first() or TopicModel(topic=topic)
     before = object_state(TOPIC_MODEL, topic) if topic_model.pk is not None else None
@@ -168,30 +168,21 @@ def do_put_topic_model(
 
 
 def _side_fields(side: str, spec: Mapping[str, Any], errors: Errors) -> dict[str, Any]:
-    """A side's model fields from its API form; the strategy inferred from an id or a subject, defaults filled
-    in (version latest, encoding utf_8), so that the same model is stored however it was written."""
-    model = spec.get("model") or ""
+    """A side's model fields from its API form (the model's `fill_defaults` fills in what it leaves out)."""
     catalog = None
     if spec.get("catalog"):
         catalog = Catalog.objects.filter(name=spec["catalog"]).first()
         if catalog is None:
             add(errors, f"{side}.catalog", f"There is no catalog named {spec['catalog']!r}.")
-    strategy = spec.get("strategy") or ""
-    if not strategy and catalog is not None:
-        strategy = "id" if spec.get("id") is not None else "subject" if spec.get("subject") else "topic"
-    version = spec.get("version") or ""
-    if not version and catalog is not None and strategy != TopicModel.Strategy.ID:
-        version = LATEST
-    encoding = spec.get("encoding") or (DEFAULT_ENCODING if model == TopicModel.Model.STRING else "")
     return {
-        "model": model,
+        "model": spec.get("model") or "",
         "catalog": catalog,
-        "strategy": strategy,
+        "strategy": spec.get("strategy") or "",
         "schema_id": spec.get("id"),
         "subject": spec.get("subject") or "",
-        "version": str(version),
+        "version": str(spec.get("version") or ""),
         "record": spec.get("record") or "",
-        "encoding": encoding,
+        "encoding": spec.get("encoding") or "",
     }
 
 
