@@ -1,4 +1,4 @@
-"""Endpoints, routes, guards and the change history in the admin.
+"""Endpoints, routes, guards and the change history in the admin (catalogs and topic models: `catalog_admin`).
 
 Every save and delete is recorded through `bindings.history.record` (who changed what, announced to the web
 processes after commit), as the API's writes are. A route's page has a live preview of its stream and a
@@ -24,6 +24,7 @@ from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from bindings import catalog_admin  # noqa: F401  (registers catalogs and topic models)
 from bindings.history import Actor, record, route_state
 from bindings.models import (
     Change,

@@ -10,12 +10,10 @@ schema registry client the decoders ask for a record's schema; its answers are c
 - `sources`: where schemas come from (`Catalogs`, the inline catalog); `registry`: the registry client.
 - `framing`: the registry's magic byte, schema id and Protobuf message indexes.
 - `avro`, `protobuf`, `json_values`, `scalars`, `floats`: each model's bytes to JSON values.
-- `checks`: `check_schema(format, text)`, for the control plane to refuse a schema on save.
 
 The JSON each model gives is described in docs/schemas.md.
 """
 
-from streams.codecs.schemas.checks import check_schema
 from streams.codecs.schemas.decoders import Decoder, decoder_for
 from streams.codecs.schemas.errors import DecodeError, Reason, SchemaError
 from streams.codecs.schemas.sources import Catalogs
@@ -31,7 +29,6 @@ __all__ = [
     "Reason",
     "SchemaError",
     "TopicModels",
-    "check_schema",
     "decoder_for",
     "models_for",
 ]

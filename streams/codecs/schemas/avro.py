@@ -68,11 +68,6 @@ def reader(text: str, references: tuple[str, ...] = ()) -> AvroReader:
     return AvroReader(text, references)
 
 
-def check(text: str) -> None:
-    """Raise `SchemaError` unless `text` is an Avro schema."""
-    AvroReader(text)
-
-
 def _converter(schema: Any, named: dict[str, Any]) -> Convert | None:
     """A function that makes a decoded value JSON-ready, or None when the value is JSON-ready as it is."""
     return _Compiler(named).compile(schema)

@@ -72,8 +72,3 @@ def _document(text: str) -> Any:
 @lru_cache(maxsize=256)
 def checker(text: str, references: tuple[tuple[str, str], ...] = ()) -> JsonSchemaChecker:
     return JsonSchemaChecker(text, references)
-
-
-def check(text: str) -> None:
-    """Raise `SchemaError` unless `text` is a JSON Schema."""
-    JsonSchemaChecker(text)

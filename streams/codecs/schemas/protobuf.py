@@ -124,12 +124,6 @@ def reader(text: str, references: tuple[tuple[str, str], ...] = ()) -> ProtobufR
     return ProtobufReader(text, references)
 
 
-def check(text: str) -> None:
-    """Raise `SchemaError` unless `text` is a `.proto` file that compiles (imports of the well-known types
-    included)."""
-    ProtobufReader(text)
-
-
 def cut_short(payload: bytes | memoryview) -> bool:
     """Whether the message's wire format runs past its end: a varint, a fixed-width value or a length-delimited
     field that the payload stops inside of. protobuf only says "corrupt", and a cut record is worth telling."""
