@@ -25,7 +25,7 @@ from streams.kafka.pipe import Receiver
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: `-m streams...` imports its code, not an installed one
 CALL_MARGIN_S = 30.0  # a call's answer is waited for this long past its own timeout (a hung host is a defect)
 
 

@@ -37,7 +37,7 @@ from streams.kafka.pipe import Receiver
 log = logging.getLogger(__name__)
 
 BatchHandler = Callable[["FetchedBatch"], None]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: `-m streams...` imports its code, not an installed one
 RESTART_BACKOFF_S = (0.0, 0.2, 0.5, 1.0, 2.0, 5.0)  # before the n-th restart in a row of a consumer that died young
 YOUNG_S = 10.0  # a consumer process that dies sooner than this after its start died young
 GIVE_UP_AFTER = 5  # restarts in a row of a consumer that dies young: then the process reports itself not ready
