@@ -44,10 +44,11 @@ from streams.edge.http import (
 )
 from streams.edge.limits import LimitReached
 from streams.edge.metrics import STARTS, exposition
-from streams.edge.readiness import PROBES, checks
+from streams.edge.readiness import PROBES, checks, waits
 from streams.edge.runtime import Runtime
 from streams.edge.runtime import runtime as process_runtime
 from streams.edge.side_requests import side_request
+from streams.hub.hub import current_hub
 from streams.hub.topic_state import TopicState
 from streams.kafka.client import KafkaUnavailableError, ReaderStats, TopicNotFoundError
 from streams.routes.matching import Match
@@ -114,13 +115,15 @@ class StreamEndpoint:
         elif scope["path"] == "/readyz":
             found = await checks(self.runtime)
             failed = sorted(name for name, result in found.items() if result != "ok")
+            waiting = {"waiting": found_waits} if (found_waits := waits(current_hub())) else {}
             if failed:
                 detail = "; ".join(f"{name}: {found[name]}" for name in failed)
                 await problem(
-                    send, 503, "Not ready", detail, headers=((b"retry-after", b"5"),), failed=failed, checks=found
-                )
+                    send, 503, "Not ready", detail, headers=((b"retry-after", b"5"),), failed=failed, checks=found,
+                    **waiting,
+                )  # fmt: skip
             else:
-                await respond_json(send, 200, {"status": "ready", "checks": found})
+                await respond_json(send, 200, {"status": "ready", "checks": found, **waiting})
         else:
             await problem(send, 404, "Not found", f"Nothing at {scope['path']}.")
 
