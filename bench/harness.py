@@ -302,14 +302,18 @@ class Options:
     bootstrap: str
     broker_port: int
     broker_pid: int | None
+    registry: str | None = None  # a schema registry's Confluent API, for scenarios with Avro values
 
 
 class Scenario:
     """One topic, one route, one fresh server; everything it starts is stopped by `close()`."""
 
-    def __init__(self, opts: Options, name: str, *, start: str, server_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, opts: Options, name: str, *, start: str, server_env: dict[str, str] | None = None, values: str = "json"
+    ) -> None:
         self.opts = opts
         self.name = name
+        self.values = values  # "json", or "avro": through the registry, decoded by the server
         slug = name.replace(" ", "-")
         self.topic = f"bench-{opts.run_id}-{slug}"
         self.path = f"/bench/{opts.run_id}/{slug}"
@@ -330,8 +334,20 @@ class Scenario:
 
     def open(self) -> None:
         create_topic(self.opts.bootstrap, self.topic)
+        if self.values == "avro":
+            self.server_env["SSE_MODELS_FILE"] = str(self.models_file())
         put_route(self.route, self.path, self.topic, self.start)
         self.start_server()
+
+    def models_file(self) -> Path:
+        """The server's catalogs and topic models (`SSE_MODELS_FILE`): the topic's values are Avro."""
+        if self.opts.registry is None:
+            raise BenchError("Avro values need a schema registry")
+        path = self.opts.out_dir / f"{self.topic}-models.json"
+        catalog = {"name": "bench", "kind": "schema-registry", "url": self.opts.registry}
+        value = {"model": "avro", "catalog": "bench", "strategy": "topic"}
+        path.write_text(json.dumps({"catalogs": [catalog], "topics": [{"topic_pattern": self.topic, "value": value}]}))
+        return path
 
     def log_path(self, what: str) -> Path:
         return self.opts.out_dir / f"{self.topic}-{what}.log"
@@ -398,6 +414,8 @@ class Scenario:
         argv = [PY, str(BENCH / "producer.py"), "--bootstrap", self.opts.bootstrap, "--topic", self.topic]
         argv += ["--rate", str(rate), "--partitions", str(PARTITIONS), "--size", str(MESSAGE_BYTES)]
         argv += ["--count", str(count), "--linger-ms", "5"]
+        if self.values == "avro":
+            argv += ["--avro", self.opts.registry or ""]
         self.producer = self.spawn(Proc("producer", argv, log_path=self.log_path("producer")))
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
@@ -523,6 +541,15 @@ def setup_django() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
     django.setup()
     call_command("migrate", verbosity=0, interactive=False)
+
+
+def start_registry(logfile: Path) -> Any:
+    """A fresh Apicurio Registry for the run (platform/embedded_registry.py, as the tests start theirs): its
+    `url` is the Confluent API, `stop()` ends it."""
+    sys.path.append(str(ROOT / "platform"))  # no package: its modules import each other by file name
+    import embedded_registry  # noqa: PLC0415
+
+    return embedded_registry.start(logfile)
 
 
 def broker_pid(port: int) -> int | None:

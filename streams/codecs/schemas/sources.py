@@ -59,6 +59,13 @@ class Catalogs:
         self.specs = {spec.name: spec for spec in specs}
         self._sources: dict[str, SchemaSource] = {}
 
+    def updated(self, specs: Iterable[CatalogSpec]) -> Catalogs:
+        """The catalogs of `specs`, keeping the sources (a registry client and its cache) of those unchanged."""
+        fresh = Catalogs(specs)
+        kept = self._sources.items()
+        fresh._sources = {name: found for name, found in kept if fresh.specs.get(name) == self.specs[name]}
+        return fresh
+
     def source(self, name: str) -> SchemaSource:
         source = self._sources.get(name)
         if source is None:
