@@ -335,19 +335,18 @@ class Scenario:
     def open(self) -> None:
         create_topic(self.opts.bootstrap, self.topic)
         if self.values == "avro":
-            self.server_env["SSE_MODELS_FILE"] = str(self.models_file())
+            self.put_models()
         put_route(self.route, self.path, self.topic, self.start)
         self.start_server()
 
-    def models_file(self) -> Path:
-        """The server's catalogs and topic models (`SSE_MODELS_FILE`): the topic's values are Avro."""
+    def put_models(self) -> None:
+        """A catalog for the registry and an `avro` value model for the topic, in the control plane."""
+        from bindings.services import do_put_catalog, do_put_topic_model  # noqa: PLC0415  (after django.setup())
+
         if self.opts.registry is None:
             raise BenchError("Avro values need a schema registry")
-        path = self.opts.out_dir / f"{self.topic}-models.json"
-        catalog = {"name": "bench", "kind": "schema-registry", "url": self.opts.registry}
-        value = {"model": "avro", "catalog": "bench", "strategy": "topic"}
-        path.write_text(json.dumps({"catalogs": [catalog], "topics": [{"topic_pattern": self.topic, "value": value}]}))
-        return path
+        do_put_catalog(name=self.topic, kind="schema-registry", url=self.opts.registry)
+        do_put_topic_model(topic=self.topic, value={"model": "avro", "catalog": self.topic, "strategy": "topic"})
 
     def log_path(self, what: str) -> Path:
         return self.opts.out_dir / f"{self.topic}-{what}.log"
@@ -483,6 +482,8 @@ class Scenario:
             proc.stop()
         with contextlib.suppress(Exception):
             delete_route(self.route)
+        if self.values == "avro":
+            delete_models(self.topic)
         with contextlib.suppress(Exception):
             delete_topic(self.opts.bootstrap, self.topic)
 
@@ -510,6 +511,15 @@ def put_route(name: str, path: str, topic: str, start: str) -> None:
     from bindings.services import do_put_route  # noqa: PLC0415  (needs django.setup() first)
 
     do_put_route(name=name, path=path, topic=topic, start=start)
+
+
+def delete_models(topic: str) -> None:
+    from bindings.services import do_delete_catalog, do_delete_topic_model  # noqa: PLC0415  (after django.setup())
+
+    with contextlib.suppress(Exception):
+        do_delete_topic_model(topic)
+    with contextlib.suppress(Exception):
+        do_delete_catalog(topic)
 
 
 def delete_route(name: str) -> None:

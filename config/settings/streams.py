@@ -36,10 +36,6 @@ SSE_CATCH_UP_S = envint("SSE_CATCH_UP_S", default=30, minimum=1, maximum=3600)
 # A stream whose read position has not moved for this long while its client reads and its partitions grew is
 # logged and counted as stalled (`/-/health`): the symptom of a defect, made visible instead of silent.
 SSE_STALL_NOTICE_S = envint("SSE_STALL_NOTICE_S", default=30, minimum=1)
-# Catalogs and topic key/value models (docs/schemas.md) from a JSON file, `{"catalogs": [...], "topics": [...]}` in the
-# fields of streams/codecs/schemas/spec.py, read with the route table: the data plane's models until the control
-# plane keeps them (empty: no topic is decoded).
-SSE_MODELS_FILE = envstr("SSE_MODELS_FILE", default="")
 # While a process has no stream open, every this many seconds: a full garbage collection, then the C library's free
 # memory handed back to the kernel (streams/edge/memory.py); 0 = never.
 SSE_MEMORY_TRIM_S = envint("SSE_MEMORY_TRIM_S", default=30, minimum=0)

@@ -68,29 +68,6 @@ class Models:
             tuple(_copy(TopicModels, rule, key=_one(ModelSpec), value=_one(ModelSpec)) for rule in topics),
         )
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Models:
-        """Models from `{"catalogs": [...], "topics": [...]}`, each entry spec.py's fields by name."""
-        return cls.of(
-            (_Fields(catalog) for catalog in data.get("catalogs", ())),
-            (_Fields(rule) for rule in data.get("topics", ())),
-        )
-
-
-class _Fields:
-    """A JSON object read as a dataclass's attributes (nested objects too), for `Models.of`."""
-
-    def __init__(self, data: Mapping[str, Any]) -> None:
-        self._data = data
-
-    def __getattr__(self, name: str) -> Any:
-        value = self._data.get(name, dataclasses.MISSING)
-        if isinstance(value, Mapping):
-            return _Fields(value)
-        if isinstance(value, list):
-            return [_Fields(item) if isinstance(item, Mapping) else item for item in value]
-        return value
-
 
 def _copy(kind: type[_T], source: Any, **convert: Callable[[Any], Any]) -> _T:
     values = {}

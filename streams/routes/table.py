@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -31,7 +30,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
 from bindings.changes import CHANGES_GROUP
-from bindings.selectors import GuardSpec, RouteSpec, route_specs
+from bindings.selectors import GuardSpec, RouteSpec, catalog_specs, route_specs, topic_model_specs
 from streams.kafka.decoding import Models
 from streams.routes.listen import listen
 from streams.routes.matching import CompiledRoute, Match, compile_routes, match_all, path_segments
@@ -43,14 +42,8 @@ DATABASE_RETRY_S = 1.0
 
 
 def load_models() -> Models:
-    """The catalogs and topic models records are decoded with (docs/schemas.md).
-
-    Read from `SSE_MODELS_FILE` until the control plane keeps them; then this is
-    `Models.of(catalog_specs(), topic_model_specs())` with bindings/selectors.py's selectors."""
-    if not settings.SSE_MODELS_FILE:
-        return Models()
-    with open(settings.SSE_MODELS_FILE, encoding="utf-8") as file:
-        return Models.from_json(json.load(file))
+    """The catalogs and topic models records are decoded with (docs/schemas.md), as the control plane keeps them."""
+    return Models.of(catalog_specs(), topic_model_specs())
 
 
 def _load() -> tuple[tuple[RouteSpec, ...], Models]:
