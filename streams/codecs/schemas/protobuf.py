@@ -118,10 +118,22 @@ class ProtobufReader:
             raise DecodeError(Reason.INVALID, f"no proto3 JSON for it: {exc}") from None
 
 
-@lru_cache(maxsize=256)
 def reader(text: str, references: tuple[tuple[str, str], ...] = ()) -> ProtobufReader:
-    """The reader of a schema, made once per schema text and imports."""
-    return ProtobufReader(text, references)
+    """The reader of a schema, made once per schema text and imports; a schema that does not compile is refused
+    each time from what protoc said the first time (a broken schema in a registry would otherwise start protoc
+    once per record)."""
+    found = _reader_or_error(text, references)
+    if isinstance(found, SchemaError):
+        raise SchemaError(str(found))
+    return found
+
+
+@lru_cache(maxsize=256)
+def _reader_or_error(text: str, references: tuple[tuple[str, str], ...]) -> ProtobufReader | SchemaError:
+    try:
+        return ProtobufReader(text, references)
+    except SchemaError as exc:
+        return exc
 
 
 def cut_short(payload: bytes | memoryview) -> bool:

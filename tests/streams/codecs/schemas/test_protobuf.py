@@ -4,12 +4,23 @@ canonical proto3 JSON mapping."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from google.protobuf import message_factory
 
-from streams.codecs.schemas import Catalogs, CatalogSpec, DecodeError, InlineSchema, ModelSpec, Reason, decoder_for
+from streams.codecs.schemas import (
+    Catalogs,
+    CatalogSpec,
+    DecodeError,
+    InlineSchema,
+    ModelSpec,
+    Reason,
+    SchemaError,
+    decoder_for,
+    protobuf,
+)
 from streams.codecs.schemas.protobuf import ProtobufReader
 from tests.support.schemas import read_back, registry_decoder, serialize
 
@@ -120,3 +131,21 @@ def test_it_names_no_message_for_a_record_that_is_not_in_the_schema() -> None:
         decoder.decode(b"")
 
     assert error.value.reason is Reason.SCHEMA_MISMATCH
+
+
+def test_a_schema_that_does_not_compile_is_compiled_once_however_often_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    compiled: list[str] = []
+    real = protobuf._compile
+
+    def counting(text: str, references: tuple[tuple[str, str], ...]) -> Any:
+        compiled.append(text)
+        return real(text, references)
+
+    monkeypatch.setattr(protobuf, "_compile", counting)
+    broken = 'syntax = "proto3"; message Broken { strin x = 1; }  // ' + str(id(compiled))
+    for _ in range(3):
+        with pytest.raises(SchemaError, match="does not compile"):
+            protobuf.reader(broken)
+    assert compiled == [broken]  # protoc ran once; the other two were refused from its first answer
