@@ -155,7 +155,8 @@ class Hub:
             self.sweep()
             try:
                 topics = [state for state in self.topics.values() if state.subscribers]
-                await self.stalls.check(topics, self.cache, self.metadata, self.loop.time())
+                now = self.loop.time()
+                await self.stalls.check(topics, self.cache, self.metadata, now, self.fetcher.waiting)
             except Exception:
                 log.exception("the stall check failed")
 
