@@ -17,33 +17,19 @@ covers only some of the route's topics (`orders-eu-*`) is not the one shown. The
 
 from __future__ import annotations
 
-import fnmatch
 import json
-import re
 from typing import Any
 
 from bindings.models import LATEST, Catalog, TopicModel
-from bindings.models.catalogs import held_schema, topic_specificity
+from bindings.models.catalogs import covers, held_schema, topic_glob, topic_specificity
 
 SCHEMA_FORMATS = {
     "avro": "application/vnd.apache.avro+json;version=1.9.0",
     "protobuf": "application/vnd.google.protobuf;version=3",
     "json": "application/schema+json;version=draft-07",
 }
-_PLACEHOLDER = re.compile(r"\$\{[^}]*\}")
 _JSON_TYPES = {"string": "string", "int32": "integer", "int64": "integer", "float": "number", "double": "number"}
 RAW = {"type": "string", "description": "The Kafka message value, bytes passed through."}
-
-
-def topic_glob(topic: str) -> str:
-    """The topics a route's topic template can render, as a pattern: each placeholder becomes `*`."""
-    return _PLACEHOLDER.sub("*", topic)
-
-
-def covers(pattern: str, glob: str) -> bool:
-    """Whether a topic pattern covers every topic `glob` stands for: the glob's `*` can only be met by one of the
-    pattern's (fnmatch reads the glob's `*` as a character, which only the pattern's `*` matches)."""
-    return pattern == glob or ("*" in pattern and fnmatch.fnmatchcase(glob, pattern))
 
 
 class Payloads:

@@ -154,6 +154,20 @@ def topic_matches(pattern: str, topic: str) -> bool:
     return pattern == topic or ("*" in pattern and fnmatch.fnmatchcase(topic, pattern))
 
 
+_TEMPLATE_EXPRESSION = re.compile(r"\$\{[^}]*\}")
+
+
+def topic_glob(topic: str) -> str:
+    """The topics a route's topic template can render, as a pattern: each placeholder becomes `*`."""
+    return _TEMPLATE_EXPRESSION.sub("*", topic)
+
+
+def covers(pattern: str, glob: str) -> bool:
+    """Whether a topic pattern covers every topic `glob` stands for: the glob's `*` can only be met by one of the
+    pattern's (fnmatch reads the glob's `*` as a character, which only the pattern's `*` matches)."""
+    return pattern == glob or ("*" in pattern and fnmatch.fnmatchcase(glob, pattern))
+
+
 class TopicModel(models.Model):
     """How the keys and values of the topics `topic` covers are encoded, and where their schemas are."""
 

@@ -16,6 +16,7 @@ Two kinds of update, so the data plane stays fast:
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import logging
 import os
 import time
@@ -228,21 +229,37 @@ def observe_many(histogram: Any, total: float, buckets: Iterable[int]) -> None:
 
 def decode_errors(topic: str) -> dict[str, int]:
     """The records of `topic` skipped because they do not decode, by reason, counted by every worker of the node
-    since it started (for the control plane's route page; a scrape of each node's `/metrics` says the same)."""
+    since it started (a scrape of each node's `/metrics` says the same)."""
+    return decode_errors_matching(topic).get(topic, {})
+
+
+def decode_errors_matching(pattern: str) -> dict[str, dict[str, int]]:
+    """The records skipped because they do not decode, per topic that `pattern` covers (a topic name, or `*`
+    matching any run of characters, as a route's topic template reads with its `${...}` as `*`) and per reason,
+    counted by every worker of the node since it started. The control plane's route page shows them
+    (bindings/insights.py; registered by streams/apps.py)."""
     directory = multiprocess_dir()
     registry: Any = REGISTRY
     if directory is not None:
         registry = CollectorRegistry()
         prometheus_multiprocess.MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
-    counts: dict[str, int] = {}
+    counts: dict[str, dict[str, int]] = {}
     for metric in registry.collect():
         if metric.name != "sse_decode_errors":
             continue
         for sample in metric.samples:
-            if sample.name == "sse_decode_errors_total" and sample.labels.get("topic") == topic:
-                reason = sample.labels["reason"]
-                counts[reason] = counts.get(reason, 0) + int(sample.value)
+            topic = sample.labels.get("topic", "")
+            if sample.name != "sse_decode_errors_total" or not _covers(pattern, topic) or not sample.value:
+                continue
+            by_reason = counts.setdefault(topic, {})
+            reason = sample.labels["reason"]
+            by_reason[reason] = by_reason.get(reason, 0) + int(sample.value)
     return counts
+
+
+def _covers(pattern: str, topic: str) -> bool:
+    # Topic names hold only [A-Za-z0-9._-]: of fnmatch's special characters, only a pattern's `*` can occur.
+    return pattern == topic or ("*" in pattern and fnmatch.fnmatchcase(topic, pattern))
 
 
 def multiprocess_dir() -> str | None:

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from bindings.asyncapi.document import export_asyncapi, import_asyncapi
-from bindings.asyncapi.payloads import covers, topic_glob
 from bindings.history import Actor
 from bindings.models import Route
+from bindings.models.catalogs import covers, topic_glob
 from bindings.services import do_put_catalog, do_put_route, do_put_topic_model
 from tests.bindings.asyncapi.test_asyncapi import validate
 
