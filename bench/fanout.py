@@ -267,11 +267,11 @@ def connect_budget(clients: int) -> float:
     return 30 + clients * 0.015
 
 
-def run_cell(opts: Options, clients: int, rate: int, *, coalescing_off: bool = False) -> Row:
-    name = f"{clients}x{rate}" + (" no-coalesce" if coalescing_off else "")
+def run_cell(opts: Options, clients: int, rate: int, *, coalescing_off: bool = False, values: str = "json") -> Row:
+    name = f"{clients}x{rate}" + (" no-coalesce" if coalescing_off else "") + (" avro" if values == "avro" else "")
     row = Row(name, clients=str(clients), rate=str(rate), demand=clients * rate)
     extra_env = {"SSE_COALESCE_MS": "0"} if coalescing_off else {}
-    with scenario(opts, name, row, start="live", server_env=extra_env) as sc:
+    with scenario(opts, name, row, start="live", server_env=extra_env, values=values) as sc:
         sc.start_loadgen()
         budget = connect_budget(clients)
         reply = sc.ask({"cmd": "connect", "path": sc.path, "n": clients, "batch": opts.batch, "timeout": 30}, budget)
@@ -452,7 +452,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Any]]:
             steps.append(("storm", args.storm_clients))
         elif "x" in item:
             clients, _, rate = item.partition("x")
-            steps.append(("cell", (int(clients), int(rate))))
+            # With several value formats, each cell runs once per format, one after the other.
+            steps += [("cell", (int(clients), int(rate), values)) for values in args.values]
         else:
             sys.exit(f"fanout: unknown scenario {item!r} (matrix, nocoalesce, ttfe, storm or CLIENTSxRATE)")
     return steps
@@ -481,8 +482,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=DEFAULT_SKIP_DEMAND,
         help="matrix cells wanting more events/s are skipped unless named (default 2 000 000: skips 10000x1000)",
     )
+    parser.add_argument(
+        "--values",
+        type=lambda text: [v.strip() for v in text.split(",") if v.strip()],
+        default=["json"],
+        help="CLIENTSxRATE cells' values: json (raw JSON), avro (Avro through a schema registry, decoded by the\n"
+        "server), or json,avro: both, alternating (default json)",
+    )
+    parser.add_argument(
+        "--registry", help="the schema registry's Confluent API for avro (default: start Apicurio for the run)"
+    )
     harness.add_server_args(parser, processes=1)
     args = parser.parse_args(argv)
+    if unknown := set(args.values) - {"json", "avro"}:
+        parser.error(f"--values: unknown {', '.join(sorted(unknown))}")
     quick = args.quick
     args.clients = args.clients or ([1, 100] if quick else [1, 100, 1000, 10000])
     args.window = args.window or (3.0 if quick else 10.0)
@@ -504,7 +517,8 @@ def skipped_row(clients: int, rate: int) -> Row:
 
 def run_step(opts: Options, args: argparse.Namespace, kind: str, what: Any) -> Row:
     if kind == "cell":
-        return run_cell(opts, *what)
+        clients, rate, *values = what
+        return run_cell(opts, clients, rate, values=values[0] if values else "json")
     if kind == "nocoalesce":
         return run_cell(opts, *what, coalescing_off=True)
     if kind == "skip":
@@ -523,6 +537,11 @@ def main(argv: list[str] | None = None) -> int:
     harness.load_services_env()
     harness.setup_django()
     opts = harness.make_options(args, window_s=args.window, warmup_s=args.warmup)
+    registry = None
+    if "avro" in args.values:
+        if args.registry is None:
+            registry = harness.start_registry(opts.out_dir / f"fanout-{opts.run_id}-registry.log")
+        opts.registry = args.registry or registry.url  # type: ignore[union-attr]
 
     def on_term(signum: int, frame: object) -> None:
         raise Interrupted
@@ -551,6 +570,8 @@ def main(argv: list[str] | None = None) -> int:
         log("interrupted: stopping everything this run started")
     finally:
         Proc.stop_all()
+        if registry is not None:
+            registry.stop()
     elapsed = time.monotonic() - started
     header = (
         f"## SSE fan-out, run {opts.run_id} ({'quick' if args.quick else 'full'}, {elapsed:.0f} s"

@@ -302,14 +302,18 @@ class Options:
     bootstrap: str
     broker_port: int
     broker_pid: int | None
+    registry: str | None = None  # a schema registry's Confluent API, for scenarios with Avro values
 
 
 class Scenario:
     """One topic, one route, one fresh server; everything it starts is stopped by `close()`."""
 
-    def __init__(self, opts: Options, name: str, *, start: str, server_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, opts: Options, name: str, *, start: str, server_env: dict[str, str] | None = None, values: str = "json"
+    ) -> None:
         self.opts = opts
         self.name = name
+        self.values = values  # "json", or "avro": through the registry, decoded by the server
         slug = name.replace(" ", "-")
         self.topic = f"bench-{opts.run_id}-{slug}"
         self.path = f"/bench/{opts.run_id}/{slug}"
@@ -330,8 +334,19 @@ class Scenario:
 
     def open(self) -> None:
         create_topic(self.opts.bootstrap, self.topic)
+        if self.values == "avro":
+            self.put_models()
         put_route(self.route, self.path, self.topic, self.start)
         self.start_server()
+
+    def put_models(self) -> None:
+        """A catalog for the registry and an `avro` value model for the topic, in the control plane."""
+        from bindings.services import do_put_catalog, do_put_topic_model  # noqa: PLC0415  (after django.setup())
+
+        if self.opts.registry is None:
+            raise BenchError("Avro values need a schema registry")
+        do_put_catalog(name=self.topic, kind="schema-registry", url=self.opts.registry)
+        do_put_topic_model(topic=self.topic, value={"model": "avro", "catalog": self.topic, "strategy": "topic"})
 
     def log_path(self, what: str) -> Path:
         return self.opts.out_dir / f"{self.topic}-{what}.log"
@@ -398,6 +413,8 @@ class Scenario:
         argv = [PY, str(BENCH / "producer.py"), "--bootstrap", self.opts.bootstrap, "--topic", self.topic]
         argv += ["--rate", str(rate), "--partitions", str(PARTITIONS), "--size", str(MESSAGE_BYTES)]
         argv += ["--count", str(count), "--linger-ms", "5"]
+        if self.values == "avro":
+            argv += ["--avro", self.opts.registry or ""]
         self.producer = self.spawn(Proc("producer", argv, log_path=self.log_path("producer")))
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
@@ -465,6 +482,8 @@ class Scenario:
             proc.stop()
         with contextlib.suppress(Exception):
             delete_route(self.route)
+        if self.values == "avro":
+            delete_models(self.topic)
         with contextlib.suppress(Exception):
             delete_topic(self.opts.bootstrap, self.topic)
 
@@ -492,6 +511,15 @@ def put_route(name: str, path: str, topic: str, start: str) -> None:
     from bindings.services import do_put_route  # noqa: PLC0415  (needs django.setup() first)
 
     do_put_route(name=name, path=path, topic=topic, start=start)
+
+
+def delete_models(topic: str) -> None:
+    from bindings.services import do_delete_catalog, do_delete_topic_model  # noqa: PLC0415  (after django.setup())
+
+    with contextlib.suppress(Exception):
+        do_delete_topic_model(topic)
+    with contextlib.suppress(Exception):
+        do_delete_catalog(topic)
 
 
 def delete_route(name: str) -> None:
@@ -523,6 +551,15 @@ def setup_django() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
     django.setup()
     call_command("migrate", verbosity=0, interactive=False)
+
+
+def start_registry(logfile: Path) -> Any:
+    """A fresh Apicurio Registry for the run (platform/embedded_registry.py, as the tests start theirs): its
+    `url` is the Confluent API, `stop()` ends it."""
+    sys.path.append(str(ROOT / "platform"))  # no package: its modules import each other by file name
+    import embedded_registry  # noqa: PLC0415
+
+    return embedded_registry.start(logfile)
 
 
 def broker_pid(port: int) -> int | None:

@@ -6,8 +6,10 @@ Run by `bench/fanout.py` as a subprocess::
 
 Each message is ``{"t":<time.time() at produce>,"p":<partition>,"s":<sequence in partition>,"pad":"xx..."}``,
 padded to ``--size`` bytes, sent round-robin over ``--partitions`` partitions with the Kafka timestamp set to
-the same send time. It prints ``{"ready": true}`` once the first message is acknowledged, and on exit
-(SIGTERM, SIGINT, or ``--count`` messages sent) ``{"produced": n, "acked": n, "errors": n}``.
+the same send time. With ``--avro REGISTRY_URL``, the same fields are written as Avro by confluent-kafka's
+AvroSerializer against that registry (subject ``<topic>-value``): a server decoding the topic serves the same JSON.
+It prints ``{"ready": true}`` once the first message is acknowledged, and on exit (SIGTERM, SIGINT, or ``--count``
+messages sent) ``{"produced": n, "acked": n, "errors": n}``.
 """
 
 from __future__ import annotations
@@ -22,15 +24,48 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+AVRO_SCHEMA = json.dumps(
+    {
+        "type": "record",
+        "name": "Tick",
+        "namespace": "bench",
+        "fields": [
+            {"name": "t", "type": "double"},
+            {"name": "p", "type": "int"},
+            {"name": "s", "type": "long"},
+            {"name": "pad", "type": "string"},
+        ],
+    }
+)
+
 
 def message(sent: float, partition: int, seq: int, size: int) -> bytes:
     head = '{"t":%.6f,"p":%d,"s":%d,"pad":"' % (sent, partition, seq)  # noqa: UP031
     return (head + "x" * max(0, size - len(head) - 2) + '"}').encode()
 
 
+def avro_writer(registry: str, topic: str) -> Callable[[float, int, int, int], bytes]:
+    """`message`'s fields as Avro, framed for `registry` (the padding keeps the JSON a server serves this size)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient  # noqa: PLC0415  (only with --avro)
+    from confluent_kafka.schema_registry.avro import AvroSerializer  # noqa: PLC0415
+    from confluent_kafka.serialization import MessageField, SerializationContext  # noqa: PLC0415
+
+    serializer = AvroSerializer(SchemaRegistryClient({"url": registry}), AVRO_SCHEMA)
+    context = SerializationContext(topic, MessageField.VALUE)
+
+    def write(sent: float, partition: int, seq: int, size: int) -> bytes:
+        head = len('{"t":%.6f,"p":%d,"s":%d,"pad":"' % (sent, partition, seq))  # noqa: UP031
+        value = {"t": sent, "p": partition, "s": seq, "pad": "x" * max(0, size - head - 2)}
+        framed: bytes = serializer(value, context)
+        return framed
+
+    return write
+
+
 def paced(producer: Producer, args: argparse.Namespace, on_delivery: Any, stopping: Callable[[], bool]) -> int:
     """Produce at `args.rate` until stopped (or `args.count` sent); returns how many were sent."""
     sequences = [0] * args.partitions
+    encode = avro_writer(args.avro, args.topic) if args.avro else message
     sent = 0
     started = time.monotonic()
     while not stopping() and (args.count == 0 or sent < args.count):
@@ -40,7 +75,7 @@ def paced(producer: Producer, args: argparse.Namespace, on_delivery: Any, stoppi
         while sent < due and not stopping():
             partition = sent % args.partitions
             now = time.time()
-            value = message(now, partition, sequences[partition], args.size)
+            value = encode(now, partition, sequences[partition], args.size)
             try:
                 producer.produce(
                     args.topic, value, partition=partition, timestamp=int(now * 1000), on_delivery=on_delivery
@@ -65,6 +100,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--count", type=int, default=0, help="stop after this many messages (0: until stopped)")
     parser.add_argument("--linger-ms", type=int, default=5)
+    parser.add_argument("--avro", metavar="REGISTRY_URL", help="write Avro values through this schema registry")
     args = parser.parse_args()
 
     stopping = False

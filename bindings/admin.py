@@ -1,8 +1,8 @@
-"""Endpoints, routes, guards and the change history in the admin.
+"""Endpoints, routes, guards and the change history in the admin (catalogs and topic models: `catalog_admin`).
 
 Every save and delete is recorded through `bindings.history.record` (who changed what, announced to the web
-processes after commit), as the API's writes are. A route's page has a live preview of its stream and a
-copyable `EventSource` snippet.
+processes after commit), as the API's writes are. A route's page has a live preview of its stream, a copyable
+`EventSource` snippet, and how its topic's records are decoded and how many were skipped (`bindings.insights`).
 
 A route is edited with its conditions, filters and guards inline. Whether the `${params.x}` of the topic and the
 filters are declared by every path pattern can only be told with all three in hand, so the route form checks
@@ -24,7 +24,9 @@ from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from bindings import catalog_admin  # noqa: F401  (registers catalogs and topic models)
 from bindings.history import Actor, record, route_state
+from bindings.insights import topic_insight
 from bindings.models import (
     Change,
     Endpoint,
@@ -319,6 +321,7 @@ class RouteAdmin(_Recorded, admin.ModelAdmin[Route]):
         context = dict(extra_context or {})
         if route is not None:
             context["preview"] = preview_context(request, route)
+            context["decoding"] = topic_insight(route.topic)  # bindings/insights.py
         return super().change_view(request, object_id, form_url, context)
 
     ordering = ("position", "id")

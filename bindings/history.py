@@ -7,8 +7,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from bindings import changes
-from bindings.models import Change, Endpoint, Guard, routes_in_order
-from bindings.representations import endpoint_representation, guard_representation, route_representation
+from bindings.models import Catalog, Change, Endpoint, Guard, TopicModel, routes_in_order
+from bindings.representations import (
+    catalog_representation,
+    endpoint_representation,
+    guard_representation,
+    route_representation,
+    topic_model_representation,
+)
+
+CATALOG = "catalog"
+TOPIC_MODEL = "topic-model"
 
 
 @dataclass(frozen=True)
@@ -46,9 +55,16 @@ def route_state(name: str) -> dict[str, Any] | None:
 
 
 def object_state(kind: str, name: str) -> dict[str, Any] | None:
-    """The endpoint, guard or route (`kind`) called `name` as the API shows it, or None."""
+    """The endpoint, guard, route, catalog or topic model (`kind`) called `name` as the API shows it, or None
+    (a topic model is named by its topic)."""
     if kind == "route":
         return route_state(name)
+    if kind == CATALOG:
+        catalog = Catalog.objects.prefetch_related("schemas").filter(name=name).first()
+        return None if catalog is None else catalog_representation(catalog)
+    if kind == TOPIC_MODEL:
+        found = TopicModel.objects.select_related("key_catalog", "value_catalog").filter(topic=name).first()
+        return None if found is None else topic_model_representation(found)
     if kind == "endpoint":
         endpoint = Endpoint.objects.filter(name=name).first()
         return None if endpoint is None else endpoint_representation(endpoint)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bindings.models import Endpoint, Guard, Route
+from bindings.models import LATEST, Catalog, Endpoint, Guard, Route, TopicModel
 
 
 def route_representation(route: Route) -> dict[str, Any]:
@@ -61,4 +61,54 @@ def guard_representation(guard: Guard) -> dict[str, Any]:
         "challenge_s": guard.challenge_s,
         "cookie": guard.cookie,
         "allow_tokens_without_exp": guard.allow_tokens_without_exp,
+    }
+
+
+def catalog_representation(catalog: Catalog) -> dict[str, Any]:
+    """A catalog as the API shows it: never its `auth`, only whether one is set and when it was last set."""
+    schemas = sorted(catalog.schemas.all(), key=lambda schema: (schema.subject, schema.version))
+    latest = {schema.subject: schema for schema in schemas}  # the last of each subject is its latest
+    return {
+        "name": catalog.name,
+        "kind": catalog.kind,
+        "url": catalog.url or None,
+        "auth_set": bool(catalog.auth),
+        "auth_updated": catalog.auth_updated.isoformat() if catalog.auth_updated else None,
+        "max_age_s": catalog.max_age_s,
+        "subjects": {
+            subject: {"format": schema.format, "schema": schema.text, "version": schema.version}
+            for subject, schema in latest.items()
+        },
+        "schemas": [
+            {"subject": schema.subject, "version": schema.version, "format": schema.format, "schema": schema.text}
+            for schema in schemas
+        ],
+    }
+
+
+def model_representation(topic_model: TopicModel, side: str) -> dict[str, Any] | None:
+    """The key's or value's model as the API shows it (None: raw bytes); every key present, null where unused."""
+    fields = topic_model.side(side)
+    if not fields["model"]:
+        return None
+    catalog = fields["catalog"]
+    by_id = fields["strategy"] == TopicModel.Strategy.ID
+    version = fields["version"] or LATEST
+    return {
+        "model": fields["model"],
+        "catalog": catalog.name if catalog is not None else None,
+        "strategy": fields["strategy"] or None,
+        "id": fields["schema_id"],
+        "subject": fields["subject"] or None,
+        "version": None if catalog is None or by_id else (LATEST if version == LATEST else int(version)),
+        "record": fields["record"] or None,
+        "encoding": fields["encoding"] or None,
+    }
+
+
+def topic_model_representation(topic_model: TopicModel) -> dict[str, Any]:
+    return {
+        "topic": topic_model.topic,
+        "key": model_representation(topic_model, "key"),
+        "value": model_representation(topic_model, "value"),
     }

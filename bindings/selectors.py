@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Literal
 
 from django.utils import timezone
 
@@ -20,15 +21,19 @@ from bindings.models import (
     DEFAULT_ROLES_CLAIM,
     EVENT_ID_ETAG,
     EVENT_ID_KEY_AND_ETAG,
+    LATEST,
     SLOW_CLIENT_CLOSE,
     SLOW_CLIENT_CONFLATE,
     START_HISTORICAL,
     START_LIVE,
+    Catalog,
     Endpoint,
     Guard,
     RouteFilter,
+    TopicModel,
     routes_in_order,
 )
+from bindings.models.catalogs import topic_matches, topic_specificity
 from bindings.models.revocation import Revocation
 
 __all__ = [
@@ -39,16 +44,23 @@ __all__ = [
     "SLOW_CLIENT_CONFLATE",
     "START_HISTORICAL",
     "START_LIVE",
+    "CatalogSpec",
     "EndpointSpec",
     "FilterSpec",
     "GuardSpec",
+    "InlineSchemaSpec",
+    "ModelSpec",
     "RevocationSpec",
     "RouteSpec",
+    "TopicModelsSpec",
     "ValueFilterSpec",
+    "catalog_specs",
     "endpoint_spec",
     "filter_spec",
     "revocation_specs",
     "route_specs",
+    "topic_model_specs",
+    "topic_models_for",
 ]
 
 
@@ -207,3 +219,109 @@ def revocation_specs() -> tuple[RevocationSpec, ...]:
         )
         for revocation in found
     )
+
+
+CatalogKind = Literal["inline", "schema-registry", "karapace", "apicurio"]
+SchemaFormat = Literal["avro", "protobuf", "json"]
+ModelName = Literal["avro", "protobuf", "json", "string", "int32", "int64", "float", "double"]
+
+
+@dataclass(frozen=True)
+class InlineSchemaSpec:
+    """One version of a subject's schema in an inline catalog; `subject` may hold `*` wildcards. An exact subject
+    is read before a wildcard one, and of wildcards the most specific (as `TopicModelsSpec` patterns)."""
+
+    subject: str
+    version: int
+    format: SchemaFormat
+    text: str
+
+
+@dataclass(frozen=True)
+class CatalogSpec:
+    """Where schemas come from. An inline catalog's `schemas` are every version kept; its records carry the plain
+    encoding, no registry framing. A registry (`schema-registry`, `karapace`, `apicurio`: all read through the
+    Confluent-compatible API at `url`) has no schemas here: they are read from it and cached `max_age_s` seconds,
+    sending `auth` as the Authorization header when there is one."""
+
+    name: str
+    kind: CatalogKind
+    url: str | None
+    auth: str | None
+    max_age_s: int
+    schemas: tuple[InlineSchemaSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How a key or a value is encoded. With a catalog, exactly one way chooses the schema: `strategy` "topic"
+    (subject `<topic>-key` / `<topic>-value` at `version`), `schema_id`, or `subject` at `version`."""
+
+    model: ModelName
+    catalog: str | None = None
+    strategy: Literal["topic"] | None = None
+    schema_id: int | None = None
+    subject: str | None = None
+    version: Literal["latest"] | int = "latest"
+    record: str | None = None  # protobuf: the message's full name
+    encoding: str = "utf_8"  # string: a Python codec name
+
+
+@dataclass(frozen=True)
+class TopicModelsSpec:
+    """The models of the topics `topic_pattern` covers: a Kafka topic name, `*` matching any run of characters
+    (none included). None for a side: its bytes are passed through as they are."""
+
+    topic_pattern: str
+    key: ModelSpec | None = None
+    value: ModelSpec | None = None
+
+
+def catalog_specs() -> tuple[CatalogSpec, ...]:
+    """Every catalog by name, with its inline schemas (two queries)."""
+    return tuple(
+        CatalogSpec(
+            name=catalog.name,
+            kind=catalog.kind,  # type: ignore[arg-type]  # the model's choices are these
+            url=catalog.url or None,
+            auth=catalog.auth or None,
+            max_age_s=catalog.max_age_s,
+            schemas=tuple(
+                InlineSchemaSpec(subject=s.subject, version=s.version, format=s.format, text=s.text)  # type: ignore[arg-type]
+                for s in sorted(catalog.schemas.all(), key=lambda s: (s.subject, s.version))
+            ),
+        )
+        for catalog in Catalog.objects.prefetch_related("schemas").order_by("name")
+    )
+
+
+def _model_spec(topic_model: TopicModel, side: str) -> ModelSpec | None:
+    fields = topic_model.side(side)
+    if not fields["model"]:
+        return None
+    strategy, version = fields["strategy"], fields["version"] or LATEST
+    return ModelSpec(
+        model=fields["model"],
+        catalog=fields["catalog"].name if fields["catalog"] is not None else None,
+        strategy="topic" if strategy == TopicModel.Strategy.TOPIC else None,
+        schema_id=fields["schema_id"] if strategy == TopicModel.Strategy.ID else None,
+        subject=fields["subject"] or None,
+        version="latest" if version == LATEST else int(version),
+        record=fields["record"] or None,
+        encoding=fields["encoding"] or "utf_8",
+    )
+
+
+def topic_model_specs() -> tuple[TopicModelsSpec, ...]:
+    """Every topic model, most specific first (`topic_models_for` takes the first that covers a topic): an exact
+    topic name before any pattern, then the pattern with more characters besides `*`, then by text (one query)."""
+    found = TopicModel.objects.select_related("key_catalog", "value_catalog")
+    return tuple(
+        TopicModelsSpec(topic_pattern=tm.topic, key=_model_spec(tm, "key"), value=_model_spec(tm, "value"))
+        for tm in sorted(found, key=lambda tm: topic_specificity(tm.topic))
+    )
+
+
+def topic_models_for(specs: tuple[TopicModelsSpec, ...], topic: str) -> TopicModelsSpec | None:
+    """The models of `topic`: the first of `specs` (as `topic_model_specs` orders them) that covers it."""
+    return next((spec for spec in specs if topic_matches(spec.topic_pattern, topic)), None)

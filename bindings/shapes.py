@@ -1,4 +1,5 @@
-"""The JSON form of each configuration object, declared once: route, filter, endpoint, guard.
+"""The JSON form of each configuration object, declared once: route, filter, endpoint, guard, revocation, catalog
+and topic model.
 
 A shape says which keys an object has and what type each value is; what the values mean (a topic Kafka accepts, a
 path pattern, a key that is public) is the model's `clean()`. `bindings.services` checks every write against
@@ -15,10 +16,11 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
-from bindings.models import Route
+from bindings.models import LATEST, Catalog, InlineSchema, Route, TopicModel
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -193,6 +195,118 @@ class RevocationShape(serializers.Serializer[Any]):
     reason = Text(required=False, allow_blank=True, help_text="Why, for the operators; never sent to clients.")
     created_by = serializers.CharField(read_only=True)
     created_at = serializers.DateTimeField(read_only=True)
+
+
+class InlineSubjectShape(ClosedShape):
+    """A subject of an inline catalog, as written: its schema's format and text (a new text is a new version)."""
+
+    noun = "subject"
+    default_error_messages: ClassVar[dict[str, StrOrPromise]] = {
+        "invalid": 'A subject is an object, e.g. {{"format": "avro", "schema": "..."}}.'
+    }
+    format = serializers.ChoiceField(choices=InlineSchema.Format.choices, help_text="avro, protobuf or json.")
+    schema = Text(help_text="The Avro schema (JSON text), the .proto, or the JSON Schema (JSON text).")
+    version = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_INT,
+        required=False,
+        allow_null=True,
+        help_text="Leave out: a new text becomes the next version. Given: the version this text is (or becomes).",
+    )
+
+    class Meta:
+        ref_name = "InlineSubject"
+
+
+class InlineSchemaShape(serializers.Serializer[Any]):
+    """One version of a subject's schema, as the API shows every version an inline catalog keeps."""
+
+    subject = serializers.CharField(read_only=True)
+    version = serializers.IntegerField(read_only=True)
+    format = serializers.CharField(read_only=True)
+    schema = serializers.CharField(read_only=True)
+
+    class Meta:
+        ref_name = "InlineSchemaVersion"
+
+
+class CatalogShape(serializers.Serializer[Any]):
+    """A catalog of schemas: inline (its subjects here) or a Confluent-compatible registry (`url`, `auth`)."""
+
+    name = serializers.SlugField(max_length=100, required=False)
+    kind = serializers.ChoiceField(choices=Catalog.Kind.choices, required=False)
+    url = Text(max_length=500, required=False, allow_blank=True, allow_null=True, help_text="A registry's URL.")
+    auth = Text(
+        max_length=2000,
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        help_text="The Authorization header for the registry; write-only. Left out: kept; null or empty: removed.",
+    )
+    auth_set = serializers.BooleanField(read_only=True, help_text="Whether an Authorization header is set.")
+    auth_updated = serializers.DateTimeField(read_only=True, allow_null=True, help_text="When it was last set.")
+    max_age_s = serializers.IntegerField(
+        min_value=0, max_value=MAX_INT, required=False, help_text="Seconds a registry's schema is cached."
+    )
+    subjects = serializers.DictField(
+        child=InlineSubjectShape(),
+        required=False,
+        help_text="Inline only: subject -> its latest schema. A subject left out is removed, with its versions.",
+    )
+    schemas = InlineSchemaShape(many=True, read_only=True, help_text="Every version kept, oldest first.")
+
+
+@extend_schema_field({"oneOf": [{"type": "string", "enum": [LATEST]}, {"type": "integer", "minimum": 1}]})
+class VersionField(serializers.Field):  # type: ignore[type-arg]
+    """A schema version: `latest` or a number from 1."""
+
+    default_error_messages: ClassVar[dict[str, StrOrPromise]] = {"invalid": "A version is latest or a number from 1."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if data == LATEST:
+            return LATEST
+        if isinstance(data, bool) or not isinstance(data, int | str) or not str(data).isdigit() or int(data) < 1:
+            self.fail("invalid")
+        return str(int(data))
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class ModelShape(ClosedShape):
+    """How a topic's keys or values are encoded (Zilla's `model`), and which schema of which catalog reads them."""
+
+    noun = "model"
+    default_error_messages: ClassVar[dict[str, StrOrPromise]] = {
+        "invalid": 'A model is an object, e.g. {{"model": "avro", "catalog": "schemas"}}.'
+    }
+    model = serializers.ChoiceField(choices=TopicModel.Model.choices)
+    catalog = serializers.SlugField(max_length=100, required=False, allow_null=True, help_text="The catalog's name.")
+    strategy = serializers.ChoiceField(
+        choices=TopicModel.Strategy.choices,
+        required=False,
+        allow_null=True,
+        help_text="topic (the default), id or subject; inferred from id or subject when left out.",
+    )
+    id = serializers.IntegerField(
+        min_value=1, max_value=MAX_INT, required=False, allow_null=True, help_text="A registry's schema id."
+    )
+    subject = Text(max_length=255, required=False, allow_null=True, allow_blank=True)
+    version = VersionField(required=False, allow_null=True, help_text="latest (the default) or a number.")
+    record = Text(max_length=255, required=False, allow_null=True, allow_blank=True, help_text="Protobuf message.")
+    encoding = Text(max_length=32, required=False, allow_null=True, allow_blank=True, help_text="string: utf_8.")
+
+    class Meta:
+        ref_name = "MessageModel"
+
+
+class TopicModelShape(serializers.Serializer[Any]):
+    """The models of the topics `topic` covers (`*` matches any run of characters): key, value, or both."""
+
+    topic = Text(max_length=249, required=False, help_text="A Kafka topic name, or a pattern such as orders-*.")
+    key = ModelShape(required=False, allow_null=True, help_text="The key's model; null: raw bytes.")
+    value = ModelShape(required=False, allow_null=True, help_text="The value's model; null: raw bytes.")
 
 
 def problems(shape: serializers.Serializer[Any], prefix: str = "") -> Errors:

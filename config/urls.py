@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from analytics.api import RouteAnalyticsListView, RouteAnalyticsView
+from bindings.api.catalogs import CatalogViewSet, TopicModelViewSet
 from bindings.api.resources import ChangeViewSet, EndpointViewSet, GuardViewSet, RouteViewSet
 from bindings.api.revocations import RevocationViewSet
 from bindings.api.zilla import ZillaExportView, ZillaImportView
@@ -16,6 +17,8 @@ router.register("routes", RouteViewSet)
 router.register("endpoints", EndpointViewSet)
 router.register("guards", GuardViewSet)
 router.register("revocations", RevocationViewSet)
+router.register("catalogs", CatalogViewSet)
+router.register("topic-models", TopicModelViewSet)
 router.register("changes", ChangeViewSet)
 
 urlpatterns = [

@@ -18,7 +18,7 @@ if [ "$WEB_TLS_PORT" != off ] && ! port_free "$WEB_TLS_PORT"; then
   exit 1
 fi
 "$py" manage.py migrate --noinput -v 0
-setup=$("$py" manage.py demo_setup --topic items-snapshots --path /items)
+setup=$("$py" manage.py demo_setup --topic items-snapshots --path /items --avro-topic orders-avro --avro-path /orders)
 base="http://$WEB_HOST:$WEB_PORT"
 echo
 echo "demo: $base/"

@@ -150,6 +150,15 @@ def schema_registry() -> Iterator[str]:
         registry.stop()
 
 
+@pytest.fixture
+def confluent_registry(schema_registry: str) -> Iterator[Any]:
+    """confluent-kafka's own client of the tests' registry, for its serializers; closed at the end of the test."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient  # noqa: PLC0415  (only the tests that ask)
+
+    with SchemaRegistryClient({"url": schema_registry}) as client:
+        yield client
+
+
 @pytest.fixture(scope="session")
 def spark_for_the_run() -> Iterator[None]:
     """One warm Spark JVM for the whole run, as a worker keeps one; stopped at the end."""

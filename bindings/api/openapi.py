@@ -45,11 +45,11 @@ PROBLEM_DESCRIPTIONS = {
     "403": "Signed in without the right: readers (group api-readers) read, staff write.",
     "404": "No such object, no such URL, or a `?format=` the API does not write (DRF's format override).",
     "406": "The Accept header names no media type the API writes (it writes JSON).",
-    "409": "Routes still use it: move or delete them first.",
+    "409": "Routes (or, for a catalog, topic models) still use it: move or delete them first.",
     "415": "The body's media type is not one the operation reads (JSON, unless it says otherwise).",
 }
 # Deleting an endpoint or a guard that routes use is refused; a route can always be deleted.
-CONFLICT_ON_DELETE = ("/api/v1/endpoints/{name}/", "/api/v1/guards/{name}/")
+CONFLICT_ON_DELETE = ("/api/v1/endpoints/{name}/", "/api/v1/guards/{name}/", "/api/v1/catalogs/{name}/")
 
 
 class AutoSchema(SpectacularAutoSchema):

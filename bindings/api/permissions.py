@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rest_framework.views import APIView
 
 API_READERS = "api-readers"
-CONFIGURATION_MODELS = ("endpoint", "route", "guard")
+CONFIGURATION_MODELS = ("endpoint", "route", "guard", "catalog", "topicmodel")
 # What the api-readers group holds, and what every reading view needs of the configuration.
 READ_PERMISSIONS = tuple(f"view_{model}" for model in (*CONFIGURATION_MODELS, "change"))
 WRITE_PERMISSIONS = READ_PERMISSIONS + tuple(
@@ -53,7 +53,8 @@ def model_permissions(model: type[Model], *actions: str) -> tuple[str, ...]:
 
 
 def configuration_permissions(*actions: str) -> tuple[str, ...]:
-    """`bindings.<action>_<model>` for the endpoint, route and guard models: what an import or export touches."""
+    """`bindings.<action>_<model>` for endpoints, routes, guards, catalogs and topic models: what an import or
+    export touches."""
     return tuple(f"bindings.{action}_{model}" for action in actions for model in CONFIGURATION_MODELS)
 
 
@@ -129,5 +130,6 @@ def api_readers() -> Group:
 
 
 def grant_api_writer(user: AbstractBaseUser) -> None:
-    """Give `user` the permissions to read and write endpoints, routes and guards through the API."""
+    """Give `user` the permissions to read and write endpoints, routes, guards, catalogs and topic models through
+    the API."""
     user.user_permissions.add(*_bindings_permissions(WRITE_PERMISSIONS))  # type: ignore[attr-defined]

@@ -15,10 +15,11 @@ from django.utils import timezone
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework.pagination import LimitOffsetPagination
 
-from bindings.models import Change, Endpoint, Guard, Route, RouteCondition
+from bindings.models import Catalog, Change, Endpoint, Guard, Route, RouteCondition, TopicModel
 from bindings.models.revocation import Revocation
 
 MAX_PAGE = 1000
+KINDS = ("endpoint", "route", "guard", "revocation", "catalog", "topic-model")  # what the history records
 
 
 class ApiPagination(LimitOffsetPagination):
@@ -71,9 +72,7 @@ class GuardFilterSet(django_filters.FilterSet):
 
 
 class ChangeFilterSet(django_filters.FilterSet):
-    kind = django_filters.ChoiceFilter(
-        choices=[(kind, kind) for kind in ("endpoint", "route", "guard", "revocation")], help_text="What was changed."
-    )
+    kind = django_filters.ChoiceFilter(choices=[(kind, kind) for kind in KINDS], help_text="What was changed.")
     name = django_filters.CharFilter(help_text="The name of the object changed.")
     actor = django_filters.CharFilter(help_text="Who changed it (a user name, or a command's).")
     source = django_filters.CharFilter(help_text="Through what: admin, api, import, command or shell.")
@@ -101,7 +100,36 @@ class RevocationFilterSet(django_filters.FilterSet):
         return queryset.filter(until__gt=now) if value else queryset.filter(until__lte=now)
 
 
+class CatalogFilterSet(django_filters.FilterSet):
+    kind = django_filters.ChoiceFilter(choices=Catalog.Kind.choices, help_text="Catalogs of this kind.")
+    search = django_filters.CharFilter(
+        field_name="name", lookup_expr="icontains", help_text="Catalogs whose name contains this, ignoring case."
+    )
+
+    class Meta:
+        model = Catalog
+        fields: tuple[str, ...] = ()
+
+
+class TopicModelFilterSet(django_filters.FilterSet):
+    catalog = django_filters.CharFilter(
+        method="filter_catalog", help_text="Topic models whose key or value names the catalog so named."
+    )
+    search = django_filters.CharFilter(
+        field_name="topic", lookup_expr="icontains", help_text="Topic models whose topic contains this."
+    )
+
+    class Meta:
+        model = TopicModel
+        fields: tuple[str, ...] = ()
+
+    def filter_catalog(self, queryset: QuerySet[TopicModel], name: str, value: str) -> QuerySet[TopicModel]:
+        return queryset.filter(Q(key_catalog__name=value) | Q(value_catalog__name=value))
+
+
 FILTER_SETS: dict[type[Model], type[django_filters.FilterSet]] = {
+    Catalog: CatalogFilterSet,
+    TopicModel: TopicModelFilterSet,
     Change: ChangeFilterSet,
     Route: RouteFilterSet,
     Endpoint: EndpointFilterSet,

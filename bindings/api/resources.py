@@ -89,16 +89,17 @@ class RouteSerializer(RouteShape):
 
 
 class _NamedSerializer(serializers.Serializer[Any]):
-    """Endpoints and guards: `PUT` by name creates or replaces through `bindings.services`, which validates."""
+    """Endpoints, guards and catalogs: `PUT` by name creates or replaces through `bindings.services`, which
+    validates."""
 
-    kind = ""
+    noun = ""  # what the messages call it (not `kind`: a catalog has a field of that name)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         name = self.context.get("name")
         if name is not None and attrs.get("name", name) != name:
-            raise serializers.ValidationError({"name": [f"A {self.kind} keeps its name: create another instead."]})
+            raise serializers.ValidationError({"name": [f"A {self.noun} keeps its name: create another instead."]})
         if name is None and "name" not in attrs:
-            raise serializers.ValidationError({"name": [f"A {self.kind} needs a name."]})
+            raise serializers.ValidationError({"name": [f"A {self.noun} needs a name."]})
         return attrs
 
     def put(self, values: dict[str, Any]) -> Any:
@@ -117,7 +118,7 @@ class _NamedSerializer(serializers.Serializer[Any]):
 
 
 class EndpointSerializer(EndpointShape, _NamedSerializer):
-    kind = "endpoint"
+    noun = "endpoint"
 
     def to_representation(self, instance: Endpoint) -> dict[str, Any]:
         return endpoint_representation(instance)
@@ -127,7 +128,7 @@ class EndpointSerializer(EndpointShape, _NamedSerializer):
 
 
 class GuardSerializer(GuardShape, _NamedSerializer):
-    kind = "guard"
+    noun = "guard"
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from bindings.asyncapi.payloads import RAW, Payloads
 from bindings.asyncapi.schema import (
     _ENDPOINT_KEYS,
     _FORM_OF_EVENT_ID,
@@ -44,6 +45,7 @@ def export_asyncapi(server_url: str, *, title: str = "SSE over Kafka", version: 
     operations: dict[str, Any] = {}
     guards_used: dict[str, Guard] = {}  # only these: a document names the guards of its routes, no others
     endpoints_used: dict[str, Endpoint] = {}
+    payloads = Payloads()
     for route in routes_in_order():
         representation = route_representation(route)
         endpoints_used[route.endpoint.name] = route.endpoint
@@ -64,7 +66,13 @@ def export_asyncapi(server_url: str, *, title: str = "SSE over Kafka", version: 
             "slow-client": route.slow_client,
             "guarded": guarded,
         }
-        messages = _messages(route.event_id, caught_up=route.caught_up, guarded=bool(guarded), challenge=challenge)
+        messages = _messages(
+            route.event_id,
+            caught_up=route.caught_up,
+            guarded=bool(guarded),
+            challenge=challenge,
+            value=payloads.value_payload(route.topic),
+        )
         for index, condition in enumerate(route.conditions.all()):
             channel_id = _unique(route.name if index == 0 else f"{route.name}-{index}", channels)
             params = sorted(parse_path(condition.path).params)
@@ -160,15 +168,20 @@ def _sse_fields(event: str | None, event_id: str) -> dict[str, Any]:
     }
 
 
-def _messages(event_id: str, *, caught_up: bool, guarded: bool, challenge: bool) -> dict[str, Any]:
+def _messages(
+    event_id: str, *, caught_up: bool, guarded: bool, challenge: bool, value: tuple[dict[str, Any], str] = (RAW, "")
+) -> dict[str, Any]:
+    """The messages of a route's channels; `value` is the payload of its value events and their content type
+    (`Payloads.value_payload`: the topic model's schema, when the document can carry it)."""
+    payload, content_type = value
     messages: dict[str, Any] = {
         "event": {
             "name": "event",
             "title": "A Kafka message",
             "summary": "An untyped event (`onmessage`): `data:` is the message value, one line per line of it.",
-            "contentType": "text/event-stream",
+            "contentType": content_type or "text/event-stream",
             "headers": _sse_fields(None, event_id),
-            "payload": {"type": "string", "description": "The Kafka message value, bytes passed through."},
+            "payload": payload,
         },
         "delete": {
             "name": "delete",

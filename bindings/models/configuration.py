@@ -477,8 +477,8 @@ class Change(models.Model):
     actor = models.CharField(max_length=150, help_text="The user, or the command or process, that wrote.")
     source = models.CharField(max_length=32, help_text="admin, api, import, command or shell.")
     action = models.CharField(max_length=16, choices=Action.choices)
-    kind = models.CharField(max_length=32, help_text="endpoint, route, guard or revocation.")
-    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=32, help_text="endpoint, route, guard, revocation, catalog or topic-model.")
+    name = models.CharField(max_length=255, help_text="The object's name (a topic model's topic pattern).")
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
 

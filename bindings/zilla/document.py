@@ -15,8 +15,10 @@ Import reads a whole zilla.yaml:
   JWKS URL; left out: `<issuer>/.well-known/jwks.json`, as Zilla), roles -> roles_claim, identity ->
   identity_claim, attributes, challenge -> challenge_s. Zilla's examples write RSA `n` in standard base64
   (`+ / =`); key material is rewritten as base64url, which is what JWKs are and what PyJWT expects.
-Everything else (tcp, tls, http, kafka, filesystem bindings, other guard types, vaults, telemetry) is listed as
-ignored in the result, never dropped silently.
+- `catalogs:` and the `key` / `value` models of a kafka binding's `options.topics` become catalogs and topic
+  models (bindings/zilla/catalogs.py says how).
+Everything else (tcp, tls, http, filesystem bindings, the rest of kafka bindings, other guard types and
+catalog types, vaults, telemetry) is listed as ignored in the result, never dropped silently.
 
 Our extensions (docs/contract.md §7) ride in the same places, so an export imports back to the same
 configuration: route
@@ -39,7 +41,7 @@ from typing import Any
 
 from bindings.documents import yaml_io
 from bindings.documents.importing import ImportResult, Write, run_import
-from bindings.history import Actor, route_state
+from bindings.history import CATALOG, TOPIC_MODEL, Actor, route_state
 from bindings.models import (
     DEFAULT_KEEPALIVE_S,
     SLOW_CLIENT_CLOSE,
@@ -48,7 +50,15 @@ from bindings.models import (
     Guard,
     Route,
 )
-from bindings.services import do_delete_route, do_put_endpoint, do_put_guard, do_put_route
+from bindings.services import (
+    do_delete_route,
+    do_put_catalog,
+    do_put_endpoint,
+    do_put_guard,
+    do_put_route,
+    do_put_topic_model,
+)
+from bindings.zilla.catalogs import catalog_fields, plan_catalogs, plan_topics
 from bindings.zilla.export import export_zilla
 from bindings.zilla.guards import _plan_guard
 from bindings.zilla.plan import (
@@ -57,6 +67,7 @@ from bindings.zilla.plan import (
     ZillaConfigError,
     _EndpointPlan,
     _GuardPlan,
+    _NamedPlan,
     _Plan,
     _plan_endpoints,
     _plan_proxy,
@@ -110,7 +121,8 @@ def plan_import(config: Mapping[str, Any]) -> _Plan:
     """What importing `config` would write, what it ignores, and every problem of shape; no database."""
     plan = _Plan()
     _unknown(plan, "", config, _TOP_KEYS)
-    for key in ("vaults", "catalogs", "telemetry"):
+    plan_catalogs(plan, config.get("catalogs"))
+    for key in ("vaults", "telemetry"):
         if config.get(key):
             plan.ignored.append(f"{key}: ignored, the platform has its own")
     bindings: Mapping[str, Any] = config.get("bindings") or {}
@@ -125,12 +137,14 @@ def plan_import(config: Mapping[str, Any]) -> _Plan:
             plan.error(f"{where}.type", "A binding needs a type (sse, sse-kafka, http, tcp, ...).")
         elif kind == "sse-kafka":
             _plan_proxy(plan, str(binding_name), binding, servers.get(str(binding_name)))
+        elif kind == "kafka" and plan_topics(plan, str(binding_name), binding):
+            continue
         elif kind != "sse":
             plan.ignored.append(f"binding {binding_name} ({kind}): ignored, not an SSE binding")
     for guard_name, guard in (config.get("guards") or {}).items():
         _plan_guard(plan, str(guard_name), guard)
-    if not (plan.routes or plan.endpoints or plan.guards or plan.errors):
-        plan.error("bindings", "Nothing to import: no sse-kafka binding and no jwt guard in this file.")
+    if not (plan.routes or plan.endpoints or plan.guards or plan.catalogs or plan.topic_models or plan.errors):
+        plan.error("bindings", "Nothing to import: no sse-kafka binding, jwt guard, catalog or topic model here.")
     return plan
 
 
@@ -198,6 +212,8 @@ def do_import_zilla(text: str, *, actor: Actor, dry_run: bool = False, prune: bo
         raise ZillaConfigError(plan.errors)
 
     def writes() -> Iterator[Write]:
+        yield from (_catalog_write(catalog, plan, actor) for catalog in plan.catalogs)
+        yield from (_topic_model_write(topic_model, actor) for topic_model in plan.topic_models)
         yield from (_endpoint_write(endpoint, actor) for endpoint in plan.endpoints)
         yield from (_guard_write(guard, actor) for guard in plan.guards)
         yield from (_route_write(route, actor) for route in plan.routes)
@@ -238,6 +254,24 @@ def _guard_write(plan: _GuardPlan, actor: Actor) -> Write:
         fields["cookie"] = existing.cookie  # Zilla sets cookies on the http binding: keep ours
     put = partial(do_put_guard, name=plan.name, **fields, actor=actor)
     return Write("guard", plan.name, plan.where, put, _locator(plan.where, _GUARD_FIELDS))
+
+
+_CATALOG_FIELDS = {
+    "kind": "type",
+    "url": "options.url",
+    "max_age_s": "options.max-age",
+    "subjects": "options.subjects",
+}
+
+
+def _catalog_write(catalog: _NamedPlan, plan: _Plan, actor: Actor) -> Write:
+    put = partial(do_put_catalog, name=catalog.name, **catalog_fields(catalog, plan.topic_models), actor=actor)
+    return Write(CATALOG, catalog.name, catalog.where, put, _locator(catalog.where, _CATALOG_FIELDS))
+
+
+def _topic_model_write(topic_model: _NamedPlan, actor: Actor) -> Write:
+    put = partial(do_put_topic_model, topic=topic_model.name, **topic_model.fields, actor=actor)
+    return Write(TOPIC_MODEL, topic_model.name, topic_model.where, put, _locator(topic_model.where, {"topic": "name"}))
 
 
 def _route_write(plan: _RoutePlan, actor: Actor) -> Write:

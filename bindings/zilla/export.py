@@ -18,13 +18,15 @@ from bindings.models import (
     Route,
     routes_in_order,
 )
+from bindings.zilla.catalogs import export_catalogs, export_topics, topic_models
 from bindings.zilla.plan import KAFKA_EXIT, slug
 
 # --- export -------------------------------------------------------------------------------------------------
 
 
 def export_zilla(name: str = "sse-platform", *, strict: bool = False) -> tuple[str, list[str]]:
-    """The configuration as a zilla.yaml: guards, and per endpoint an `sse` server and an `sse-kafka` proxy.
+    """The configuration as a zilla.yaml: catalogs, guards, per endpoint an `sse` server and an `sse-kafka` proxy,
+    and the `kafka` binding the routes exit to, whose `options.topics` carry the topic models.
 
     By default our extensions are written too (route names and positions, start, caught-up, slow-client,
     value filters, keep-alive, CORS, cookies), so the file imports back to the same configuration; the notes
@@ -79,7 +81,14 @@ def export_zilla(name: str = "sse-platform", *, strict: bool = False) -> tuple[s
         proxies[route.endpoint.name].append(_export_route(route, index, strict, extension))
     if in_file and not strict:
         notes.append("routes: `name` and `position` keep each route's name and place on import (not in Zilla's schema)")
+    models = topic_models()
+    topics = export_topics(models)
+    if topics:  # the kafka binding the routes exit to carries the topics' models
+        bindings[KAFKA_EXIT] = {"type": "kafka", "kind": "cache_client", "options": {"topics": topics}}
     config: dict[str, Any] = {"name": name}
+    catalogs = export_catalogs(strict, notes, models)
+    if catalogs:
+        config["catalogs"] = catalogs
     if guards:
         config["guards"] = guards
     config["bindings"] = bindings

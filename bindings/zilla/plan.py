@@ -64,10 +64,21 @@ class _RoutePlan:
 
 
 @dataclass
+class _NamedPlan:
+    """A catalog (by name) or a topic model (by topic): the service's arguments, and where in the file."""
+
+    where: str
+    name: str
+    fields: dict[str, Any]
+
+
+@dataclass
 class _Plan:
     endpoints: list[_EndpointPlan] = field(default_factory=list)
     guards: list[_GuardPlan] = field(default_factory=list)
     routes: list[_RoutePlan] = field(default_factory=list)
+    catalogs: list[_NamedPlan] = field(default_factory=list)
+    topic_models: list[_NamedPlan] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     errors: Errors = field(default_factory=dict)
 

@@ -1,7 +1,9 @@
-"""Pure codecs: the SSE wire format, the event-id codec and the ASGI types, with no I/O and no state.
+"""Codecs: the SSE wire format, event ids, ASGI types and schema decoding, with no state but caches.
 
 Holds `sse` (events, comments and the retry line, as bytes), `event_id` (Zilla-compatible event ids) and
-`asgi` (the ASGI types and request helpers every layer above shares).
+`asgi` (the ASGI types and request helpers every layer above shares), and `schemas/`, which turns Avro,
+Protobuf, JSON and plain records into JSON (docs/schemas.md); its registry client is the one module here with
+I/O, for the fetch processes that decode records import nothing above the codecs.
 
 Imports nothing of the project: every other package may import it.
 """

@@ -16,6 +16,7 @@ Two kinds of update, so the data plane stays fast:
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import logging
 import os
 import time
@@ -35,6 +36,7 @@ from prometheus_client import (
 from prometheus_client import multiprocess as prometheus_multiprocess
 
 from streams.kafka.client import ReaderStats
+from streams.kafka.decoding import DecodeStats
 
 if TYPE_CHECKING:
     from streams.hub.hub import Hub
@@ -82,6 +84,16 @@ RENEWALS = Counter("sse_renewals", "Guarded streams renewed by a challenge respo
 ROUTE_RELOADS = Counter("sse_route_reloads", "Route tables read from the database.")
 LOG_DROPPED = Counter("sse_delivery_log_dropped_rows", "Delivery-log rows dropped (buffer full or write error).")
 SLOW_CLOSED = Counter("sse_slow_clients_closed", "Streams closed because their client stopped reading.")
+DECODE_ERRORS = Counter(
+    "sse_decode_errors", "Records skipped because they do not decode, by topic and reason.", ["topic", "reason"]
+)
+RECORDS_DECODED = Counter("sse_records_decoded", "Records decoded to JSON by the Kafka consumers, by topic.", ["topic"])
+DECODE_WAITING = Gauge(
+    "sse_decode_waiting_partitions",
+    "Partitions whose records wait for their schema registry, by topic (the worst process).",
+    ["topic"],
+    multiprocess_mode="livemax",
+)
 
 
 class Metrics:
@@ -94,6 +106,8 @@ class Metrics:
         self._seen: dict[Counter, int] = {}
         self._task: asyncio.Task[None] | None = None
         self._lags: set[tuple[str, str]] = set()
+        self._decoding: tuple[dict[tuple[str, str], int], dict[str, int]] = ({}, {})
+        self._waiting: set[str] = set()
         self.hub: Callable[[], Hub | None] = lambda: None
 
     def count(self, counter: Counter, read: Callable[[], int]) -> None:
@@ -155,11 +169,34 @@ class Metrics:
                 counter.inc(delta)
             self._seen[counter] = value
         HISTORICAL_READERS.set(ReaderStats.historical_readers)
+        self._sync_decoding()
         hub = self.hub()
         if hub is not None:
             CACHE_BYTES.set(hub.cache.bytes)
             CACHED_TOPICS.set(len(hub.topics))
             self._set_lags(fetch_lags(hub))
+            self._set_waiting(hub.fetcher.waiting)
+
+    def _sync_decoding(self) -> None:
+        """What the consumer processes decoded and skipped since the last sync (streams/kafka/decoding.py)."""
+        (skipped, decoded), (skipped_before, decoded_before) = DecodeStats.snapshot(), self._decoding
+        for (topic, reason), count in skipped.items():
+            if count > skipped_before.get((topic, reason), 0):
+                DECODE_ERRORS.labels(topic, reason).inc(count - skipped_before.get((topic, reason), 0))
+        for topic, count in decoded.items():
+            if count > decoded_before.get(topic, 0):
+                RECORDS_DECODED.labels(topic).inc(count - decoded_before.get(topic, 0))
+        self._decoding = (skipped, decoded)
+
+    def _set_waiting(self, waiting: dict[tuple[str, int], str]) -> None:
+        topics: dict[str, int] = {}
+        for topic, _ in waiting:
+            topics[topic] = topics.get(topic, 0) + 1
+        for gone in self._waiting - topics.keys():
+            DECODE_WAITING.labels(gone).set(0)
+        for topic, partitions in topics.items():
+            DECODE_WAITING.labels(topic).set(partitions)
+        self._waiting = set(topics)
 
     def _set_lags(self, lags: dict[tuple[str, int], int]) -> None:
         current = {(topic, str(partition)) for topic, partition in lags}
@@ -188,6 +225,41 @@ def observe_many(histogram: Any, total: float, buckets: Iterable[int]) -> None:
         if count:
             value.inc(count)
     histogram._sum.inc(total)
+
+
+def decode_errors(topic: str) -> dict[str, int]:
+    """The records of `topic` skipped because they do not decode, by reason, counted by every worker of the node
+    since it started (a scrape of each node's `/metrics` says the same)."""
+    return decode_errors_matching(topic).get(topic, {})
+
+
+def decode_errors_matching(pattern: str) -> dict[str, dict[str, int]]:
+    """The records skipped because they do not decode, per topic that `pattern` covers (a topic name, or `*`
+    matching any run of characters, as a route's topic template reads with its `${...}` as `*`) and per reason,
+    counted by every worker of the node since it started. The control plane's route page shows them
+    (bindings/insights.py; registered by streams/apps.py)."""
+    directory = multiprocess_dir()
+    registry: Any = REGISTRY
+    if directory is not None:
+        registry = CollectorRegistry()
+        prometheus_multiprocess.MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    counts: dict[str, dict[str, int]] = {}
+    for metric in registry.collect():
+        if metric.name != "sse_decode_errors":
+            continue
+        for sample in metric.samples:
+            topic = sample.labels.get("topic", "")
+            if sample.name != "sse_decode_errors_total" or not _covers(pattern, topic) or not sample.value:
+                continue
+            by_reason = counts.setdefault(topic, {})
+            reason = sample.labels["reason"]
+            by_reason[reason] = by_reason.get(reason, 0) + int(sample.value)
+    return counts
+
+
+def _covers(pattern: str, topic: str) -> bool:
+    # Topic names hold only [A-Za-z0-9._-]: of fnmatch's special characters, only a pattern's `*` can occur.
+    return pattern == topic or ("*" in pattern and fnmatch.fnmatchcase(topic, pattern))
 
 
 def multiprocess_dir() -> str | None:

@@ -9,6 +9,11 @@ so `Readiness` answers from a result at most `READY_MAX_AGE_S` old: one check ru
 caller that arrives meanwhile, whatever the request rate. Anonymous callers learn only which checks failed; the
 errors themselves (they name hosts and ports) go to the log when they change, and to a caller bearing
 `SSE_METRICS_TOKEN`, the operator's credential for the process's own endpoints.
+
+Streams that wait without the process being at fault are named too, under `waiting` (`waits`), without making
+it unready: partitions whose records wait for a schema registry that cannot be reached (streams/kafka/decoding.py).
+Every process of every node asks the same registry; taking them all out of a balancer would end every stream,
+those of topics without schemas too. Anonymous callers see only that something waits.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from django.db import connection
 from streams.codecs.asgi import Scope, Send, header
 from streams.edge.http import problem, respond_json
 from streams.edge.runtime import Runtime
+from streams.hub.hub import Hub
 
 READY_TIMEOUT_S = 2.0
 READY_MAX_AGE_S = 1.0  # a result younger than this answers /readyz without checking again
@@ -54,6 +60,17 @@ def _redis() -> None:
 
 async def _in_thread(check: Callable[[], None]) -> None:
     await asyncio.wait_for(asyncio.to_thread(check), READY_TIMEOUT_S + 0.5)
+
+
+def waits(hub: Hub | None) -> dict[str, str]:
+    """What streams of the process of `hub` wait for though it is ready: "schema-registry" -> the waiting
+    partitions and why, when records wait for their registry. Empty when nothing waits."""
+    waiting = hub.fetcher.waiting if hub is not None else {}
+    if not waiting:
+        return {}
+    topics = ", ".join(f"{topic}[{partition}]" for topic, partition in sorted(waiting))
+    why = "; ".join(sorted(set(waiting.values())))
+    return {"schema-registry": f"records of {topics} wait for their schema registry: {why}"}
 
 
 async def checks(runtime: Runtime) -> dict[str, str]:
@@ -117,16 +134,23 @@ class Readiness:
     async def respond(self, scope: Scope, send: Send) -> None:
         found = await self.current()
         failed = sorted(name for name, result in found.items() if result != OK)
+        operator = is_operator(scope)
+        waiting = waits(self.runtime.hub())
+        if waiting and not operator:  # topic names and the registry's error are the operator's to read
+            waiting = dict.fromkeys(waiting, "streams wait (the details are in the process's log)")
+        extra = {"waiting": waiting} if waiting else {}
         if not failed:
-            await respond_json(send, 200, {"status": "ready", "checks": found})
+            await respond_json(send, 200, {"status": "ready", "checks": found, **extra})
             return
-        if is_operator(scope):
+        if operator:
             detail = "; ".join(f"{name}: {found[name]}" for name in failed)
             shown = found
         else:
             detail = f"Failed: {', '.join(failed)} (the errors are in the process's log)."
             shown = {name: OK if result == OK else "failed" for name, result in found.items()}
-        await problem(send, 503, "Not ready", detail, headers=((b"retry-after", b"5"),), failed=failed, checks=shown)
+        await problem(
+            send, 503, "Not ready", detail, headers=((b"retry-after", b"5"),), failed=failed, checks=shown, **extra
+        )
 
 
 def is_operator(scope: Scope) -> bool:

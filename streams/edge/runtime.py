@@ -40,6 +40,7 @@ from streams.edge.metrics import (
 )
 from streams.hub.hub import Hub, current_hub, get_hub
 from streams.kafka.client import ReaderStats
+from streams.kafka.decoding import Models
 from streams.routes.table import OpenStreams, RouteTable
 from streams.server.peers import PeerStats
 from streams.telemetry.counters import StreamStats
@@ -79,6 +80,7 @@ class Runtime:
 
     def __post_init__(self) -> None:
         self.routes = RouteTable(self.open_streams)
+        self.routes.on_models = self._models_changed
         self.revocations = Revocations(self.renewals)
         self.renewals.is_revoked = self.revocations.covers
         self.deliveries = DeliverySinks(self.delivery_log, self.metrics)
@@ -107,7 +109,15 @@ class Runtime:
         STREAMS_CLOSED.labels(route, end.value).inc()
 
     def hub(self) -> Hub:
-        return get_hub()
+        hub = get_hub()
+        hub.decode_with(self.routes.models)  # a hub started after the route table was read
+        return hub
+
+    def _models_changed(self, models: Models) -> None:
+        """The route table read other catalogs or topic models: the running hub decodes with them from now on."""
+        hub = current_hub()
+        if hub is not None:
+            hub.decode_with(models)
 
     def health(self) -> dict[str, Any]:
         """What `/-/health` reports: this process's streams, its Kafka side and its control-plane traffic."""

@@ -30,6 +30,8 @@ from streams.hub.topic_state import Subscriber, TopicState
 from streams.hub.topic_watch import CHECK_S, TopicWatch
 from streams.hub.watchdog import StallWatch
 from streams.kafka.client import Metadata
+from streams.kafka.consumer_host import ConsumerHost
+from streams.kafka.decoding import Models
 from streams.kafka.fetcher import Fetcher
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,12 @@ class Hub:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.to_thread(self.fetcher.stop)
+
+    def decode_with(self, models: Models) -> None:
+        """Decode records with `models` from now on, in the fetcher's consumer and in the historical readers'
+        (streams/kafka/decoding.py). What the cache holds already stays as it was decoded."""
+        self.fetcher.decode_with(models)
+        ConsumerHost.decode_with(models)
 
     # --- topics -----------------------------------------------------------------------------------------
 
@@ -147,7 +155,8 @@ class Hub:
             self.sweep()
             try:
                 topics = [state for state in self.topics.values() if state.subscribers]
-                await self.stalls.check(topics, self.cache, self.metadata, self.loop.time())
+                now = self.loop.time()
+                await self.stalls.check(topics, self.cache, self.metadata, now, self.fetcher.waiting)
             except Exception:
                 log.exception("the stall check failed")
 

@@ -14,7 +14,7 @@ costs nothing and a quiet one one lookup per check.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -51,7 +51,16 @@ class StallWatch:
         if quiet is not None and quiet.stalled:
             log.warning("a stalled stream of route %s left without receiving anything", stream.label)
 
-    async def check(self, topics: list[TopicState], cache: Cache, metadata: Metadata, now: float) -> None:
+    async def check(
+        self,
+        topics: list[TopicState],
+        cache: Cache,
+        metadata: Metadata,
+        now: float,
+        waiting: Collection[tuple[str, int]] = (),
+    ) -> None:
+        """`waiting`: (topic, partition)s whose records wait for their schema registry (streams/kafka/decoding.py),
+        a known cause that `/readyz` names: their streams are quiet, not stalled."""
         for state in topics:
             suspects = [stream for stream in list(state.subscribers) if self._quiet_for_long(stream, now)]
             if not suspects:
@@ -64,7 +73,7 @@ class StallWatch:
             highs = {partition: mark.high for partition, mark in marks.items()}
             for stream in suspects:
                 if stream in state.subscribers and stream in self._quiet:
-                    self._judge(stream, state, cache, highs, now)
+                    self._judge(stream, state, cache, highs, now, waiting=waiting)
 
     def _quiet_for_long(self, stream: Watched, now: float) -> bool:
         quiet = self._quiet.get(stream)
@@ -75,10 +84,21 @@ class StallWatch:
             return False
         return now - quiet.since >= self.stall_s
 
-    def _judge(self, stream: Watched, state: TopicState, cache: Cache, highs: Mapping[int, int], now: float) -> None:
+    def _judge(
+        self,
+        stream: Watched,
+        state: TopicState,
+        cache: Cache,
+        highs: Mapping[int, int],
+        now: float,
+        *,
+        waiting: Collection[tuple[str, int]],
+    ) -> None:
         quiet = self._quiet[stream]
         behind = []
         for partition, cursor in stream.cursors.items():
+            if (state.name, partition) in waiting:
+                continue
             window = cache.log(state.name, partition)
             unread = window is not None and (cursor < window.start or bool(window.read(cursor, 1)))
             high = highs.get(partition, cursor)

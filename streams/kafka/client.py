@@ -50,6 +50,7 @@ class Record:
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
     timestamp_ms: int = 0
+    key_json: bool = False  # the key is its key model's JSON (streams/kafka/decoding.py)
 
     def header(self, name: str) -> bytes | None:
         if not self.headers:

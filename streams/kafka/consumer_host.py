@@ -21,11 +21,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, ClassVar
 
+from streams.kafka.decoding import DecodeStats, Models
+from streams.kafka.host_process import STATS
 from streams.kafka.pipe import Receiver
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: `-m streams...` imports its code, not an installed one
 CALL_MARGIN_S = 30.0  # a call's answer is waited for this long past its own timeout (a hung host is a defect)
 
 
@@ -40,6 +42,18 @@ class HostError(Exception):
 class ConsumerHost:
     _lock = threading.Lock()
     _current: ClassVar[ConsumerHost | None] = None
+    models: ClassVar[Models] = Models()  # what the host decodes records with
+
+    @classmethod
+    def decode_with(cls, models: Models) -> None:
+        """Decode historical reads with `models` from now on (a host started later is given them first)."""
+        with cls._lock:
+            if models == cls.models:
+                return
+            cls.models = models
+            current = cls._current
+        if current is not None and current.alive:
+            current.tell_models(models)
 
     @classmethod
     def get(cls) -> ConsumerHost:
@@ -61,7 +75,12 @@ class ConsumerHost:
         self._send = threading.Lock()  # also guards _pending and alive
         self._pending: dict[int, Future[Any]] = {}
         self._ids = itertools.count()
+        self.tell_models(self.models)
         threading.Thread(target=self._read, name="kafka-history-host", daemon=True).start()
+
+    def tell_models(self, models: Models) -> None:
+        with self._send, contextlib.suppress(OSError):  # died: the next host is given them
+            self.conn.send((STATS, 0, "models", (models,)))
 
     def call(self, reader: int, operation: str, *args: Any, timeout: float) -> Any:
         future: Future[Any] = Future()
@@ -81,6 +100,9 @@ class ConsumerHost:
                 request, ok, result = receiver.recv()
             except (EOFError, OSError):
                 break
+            if request == STATS:
+                DecodeStats.add(*result)
+                continue
             with self._send:
                 future = self._pending.pop(request, None)
             if future is not None:

@@ -2,23 +2,30 @@
 
 Started by `ConsumerProcess` (streams/kafka/fetcher.py) as `python -m streams.kafka.fetch_process FD`, where FD is its
 end of a socket pair carrying pickled messages both ways; with `host` after FD, it hosts the historical readers'
-consumers instead (`Host`, streams/kafka/consumer_host.py). It imports no Django and knows nothing of streams: it
-applies the commands it is given, in order, polls, and sends back what it fetched.
+consumers instead (`Host`, streams/kafka/host_process.py). It imports no Django and knows nothing of streams: it
+applies the commands it is given, in order, polls, decodes what it fetched (topics with key/value models,
+streams/kafka/decoding.py) and sends it back.
 
 Commands (parent to child), tuples:
     ("config", {librdkafka settings}, batch size)  first, once
     ("assign", topic, partition, offset, epoch) (an assigned partition is moved to `offset`)
     ("unassign", [(topic, partition), ...])    resumed first: librdkafka keeps a pause across assignments
     ("pause" | "resume", [(topic, partition), ...])
+    ("models", Models)                          decode with these from now on (after "config", and on change)
     ("taken",)                                  the parent took a batch: another may be sent
     ("stop",)                                   close the consumer and exit
 Messages (child to parent), tuples:
     ("batch", {key: [record tuple, ...]}, [eof keys], {key: epoch})
     ("errors", {topic: error name})            the broker's errors about topics (e.g. the topic is gone)
     ("highs", {key: Kafka's end}, {key: Kafka's start})  at most every HIGHS_EVERY_S
+    ("decoding", {(topic, reason): skipped}, {topic: decoded}, {key: why it waits})
+                                               since the last one, at most every HIGHS_EVERY_S, when it changed
 
-A record tuple is (partition, offset, key, value, headers, timestamp_ms). The child exits when its socket closes
-(the parent went away).
+A record tuple is (partition, offset, key, value, headers, timestamp_ms), key and value decoded. A record that does
+not decode is left out (the cache window has a gap there, as for a transaction marker). A partition whose
+registry cannot be reached waits (`Holds`): paused in the consumer whatever the parent says, its records from the
+first undecoded one held and tried again every second, its end not reported until they are out. The child exits
+when its socket closes (the parent went away).
 """
 
 from __future__ import annotations
@@ -27,22 +34,23 @@ import contextlib
 import json
 import logging
 import os
-import queue
 import signal
 import sys
-import threading
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from streams.kafka.decoding import Decoding, Holds, Models
+from streams.kafka.host_process import Host
+from streams.kafka.records import RecordTuple, record_tuple
 
 log = logging.getLogger("streams.kafka.fetch_process")
 
 Key = tuple[str, int]
-RecordTuple = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
 BATCH_BYTES = 4 * 1024 * 1024  # one batch sent to the parent holds about this much at most
 MAX_BATCHES_IN_FLIGHT = 2
 HIGHS_EVERY_S = 1.0  # how often Kafka's end of each partition is noted, for the fetch-lag metric
@@ -50,20 +58,6 @@ METADATA_TIMEOUT_S = 5.0
 # Errors that mean the topic (or the partition) is not there: the parent checks the topic and drops it if gone.
 TOPIC_GONE = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 TOPIC_GONE.add(getattr(KafkaError, "UNKNOWN_TOPIC_ID", KafkaError.UNKNOWN_TOPIC_OR_PART))
-
-
-def record_tuple(message: Message) -> RecordTuple:
-    # A consumed message's headers are always a list of pairs (the dict form exists only for producing).
-    pairs: list[tuple[str, str | bytes | None]] = message.headers() or []  # type: ignore[assignment]
-    headers = tuple((name, value.encode() if isinstance(value, str) else value) for name, value in pairs)
-    return (
-        message.partition() or 0,
-        message.offset() or 0,
-        message.key(),
-        message.value(),
-        headers,
-        message.timestamp()[1],
-    )
 
 
 class Fetch:
@@ -74,6 +68,10 @@ class Fetch:
         self.known: dict[str, set[int]] = {}  # topics in the consumer's metadata cache, with their partitions
         self.in_flight = 0
         self.highs_due = 0.0
+        self.paused: set[Key] = set()  # paused by the parent (a waiting partition is paused besides)
+        self.decoding = Decoding()
+        self.holds = Holds(self.decoding)
+        self.waiting_said: dict[Key, str] = {}
 
     def run(self) -> None:
         try:
@@ -82,6 +80,8 @@ class Fetch:
                     return
                 if self.polling and self.in_flight < MAX_BATCHES_IN_FLIGHT:
                     self.poll()
+                    if self.holds.held and self.in_flight < MAX_BATCHES_IN_FLIGHT:
+                        self.release()
                     self.note_highs()
         except OSError:  # the parent went away while this process sent to it
             return
@@ -140,14 +140,46 @@ class Fetch:
             del self.polling[key]
         for topic in {topic for topic, _ in mine} - {topic for topic, _ in self.polling}:
             self.known.pop(topic, None)
+        self.paused.difference_update(mine)
+        self.holds.drop(mine)
 
     def do_pause(self, keys: Iterable[Key]) -> None:
         if mine := self.mine(keys):
+            self.paused.update(mine)
             self.consumer.pause(_partitions(mine))
 
     def do_resume(self, keys: Iterable[Key]) -> None:
-        if mine := self.mine(keys):
-            self.consumer.resume(_partitions(mine))
+        mine = self.mine(keys)
+        self.paused.difference_update(mine)
+        if fetch := [key for key in mine if key not in self.holds]:  # a waiting partition stays paused
+            self.consumer.resume(_partitions(fetch))
+
+    def do_models(self, models: Models) -> None:
+        if self.decoding.use(models):
+            self.holds.retry_soon()  # a catalog may have changed its URL: try the waiting records again now
+
+    def release(self) -> None:
+        """Send what the waiting partitions' records gave once their registry answered; fetch those released."""
+        records, released = self.holds.retry()
+        eof = [key for key in released if key in records and not records[key]]
+        records = {key: found for key, found in records.items() if found}
+        if fetch := [key for key in released if key not in self.paused]:
+            self.consumer.resume(_partitions(fetch))
+        self.send_batch(records, eof)
+
+    def send_batch(self, records: dict[Key, list[RecordTuple]], eof: list[Key]) -> None:
+        epochs = {key: self.polling[key] for key in [*records, *eof] if key in self.polling}
+        if records or eof:
+            self.in_flight += 1
+            self.conn.send(("batch", records, eof, epochs))
+
+    def note_decoding(self) -> None:
+        """What was decoded and skipped since the last note, and which partitions wait, when anything changed."""
+        skipped, decoded = self.decoding.tally.take()
+        waiting = self.holds.waiting()
+        if skipped or decoded or waiting != self.waiting_said:
+            self.waiting_said = waiting
+            self.conn.send(("decoding", skipped, decoded, waiting))
 
     def note_highs(self) -> None:
         """Kafka's end and start of each assigned partition, from what librdkafka keeps of the last fetch response
@@ -156,6 +188,7 @@ class Fetch:
         if now < self.highs_due:
             return
         self.highs_due = now + HIGHS_EVERY_S
+        self.note_decoding()
         highs, lows = {}, {}
         for key in self.polling:
             with contextlib.suppress(KafkaException):
@@ -178,9 +211,8 @@ class Fetch:
                 break
             messages += more
             size += sum(len(m.value() or b"") for m in more)
-        records: dict[Key, list[RecordTuple]] = {}
-        eof: list[Key] = []
-        epochs: dict[Key, int] = {}
+        fetched: dict[Key, list[RecordTuple]] = {}
+        ends: list[Key] = []
         errors: dict[str, str] = {}
         for message in messages:
             error = message.error()
@@ -190,89 +222,24 @@ class Fetch:
                 if error.code() in TOPIC_GONE and message.topic():
                     errors[key[0]] = error.name()
                 continue
-            epoch = self.polling.get(key)
-            if epoch is None:
+            if key not in self.polling:
                 continue  # fetched before its partition was unassigned
-            epochs[key] = epoch
             if error is None:
-                records.setdefault(key, []).append(record_tuple(message))
+                fetched.setdefault(key, []).append(record_tuple(message))
             else:
-                eof.append(key)
+                ends.append(key)
         if errors:
             self.conn.send(("errors", errors))
-        if records or eof:
-            self.in_flight += 1
-            self.conn.send(("batch", records, eof, epochs))
+        waiting = set(self.holds.held)
+        records = {key: decoded for key, found in fetched.items() if (decoded := self.holds.take(key, found))}
+        if stop := set(self.holds.held) - waiting:  # the consumer fetches nothing newer while they wait
+            self.consumer.pause(_partitions(stop))
+        eof = [key for key in ends if self.holds.eof(key)]
+        self.send_batch(records, eof)
 
 
 def _partitions(keys: Iterable[Key]) -> list[TopicPartition]:
     return [TopicPartition(topic, partition) for topic, partition in sorted(keys)]
-
-
-class Host:
-    """`host` mode: the historical readers' consumers (streams/kafka/consumer_host.py), one thread each, so one reader's
-    poll never waits for another's. Requests are (request id, reader id, operation, arguments); each gets
-    (request id, ok, result or error text). Operations: ("open", config, topic, [(partition, offset), ...]),
-    ("read", timeout, batch size) -> ([record tuple, ...], [(partition at its end, that end), ...]), ("close",)."""
-
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-        self.lock = threading.Lock()  # the readers' threads reply on one socket
-        self.readers: dict[int, queue.SimpleQueue[tuple[int, str, tuple[Any, ...]]]] = {}
-
-    def run(self) -> None:
-        while True:
-            try:
-                request, reader, operation, args = self.conn.recv()
-            except (EOFError, OSError):
-                return
-            found = self.readers.get(reader)
-            if found is None:
-                found = self.readers[reader] = queue.SimpleQueue()
-                threading.Thread(target=self.serve, args=(reader, found), daemon=True).start()
-            found.put((request, operation, args))
-
-    def serve(self, reader: int, requests: queue.SimpleQueue[tuple[int, str, tuple[Any, ...]]]) -> None:
-        consumer: Consumer | None = None
-        while True:
-            request, operation, args = requests.get()
-            result: Any = None
-            try:
-                if operation == "open":
-                    config, topic, offsets = args
-                    consumer = Consumer(config)
-                    consumer.assign([TopicPartition(topic, p, o) for p, o in offsets])
-                elif operation == "read" and consumer is not None:
-                    result = read(consumer, *args)
-                elif operation == "close" and consumer is not None:
-                    consumer.close()
-                ok = True
-            except Exception as exc:
-                ok, result = False, str(exc)
-            with self.lock:
-                self.conn.send((request, ok, result))
-            if operation == "close":
-                self.readers.pop(reader, None)
-                return
-
-
-def read(consumer: Consumer, timeout: float, batch_size: int) -> tuple[list[RecordTuple], list[tuple[int, int]]]:
-    """What one poll gives (then what is already fetched, up to `batch_size`): records, and the partitions at their
-    end, each with that end (the offset the reader stands at)."""
-    records: list[RecordTuple] = []
-    eof: list[tuple[int, int]] = []
-    first = consumer.poll(timeout)
-    if first is None:
-        return records, eof
-    for message in [first, *consumer.consume(batch_size - 1, 0)]:
-        error = message.error()
-        if error is None:
-            records.append(record_tuple(message))
-        elif error.code() == KafkaError._PARTITION_EOF:
-            eof.append((message.partition() or 0, message.offset() or 0))
-        else:
-            log.warning("kafka: %s", error.str())
-    return records, eof
 
 
 class JsonLines(logging.Formatter):

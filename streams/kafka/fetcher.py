@@ -32,12 +32,13 @@ from typing import Any
 
 from config.kafka_settings import KafkaSettings
 from streams.kafka.client import Record
+from streams.kafka.decoding import DecodeStats, Models
 from streams.kafka.pipe import Receiver
 
 log = logging.getLogger(__name__)
 
 BatchHandler = Callable[["FetchedBatch"], None]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: `-m streams...` imports its code, not an installed one
 RESTART_BACKOFF_S = (0.0, 0.2, 0.5, 1.0, 2.0, 5.0)  # before the n-th restart in a row of a consumer that died young
 YOUNG_S = 10.0  # a consumer process that dies sooner than this after its start died young
 GIVE_UP_AFTER = 5  # restarts in a row of a consumer that dies young: then the process reports itself not ready
@@ -109,6 +110,18 @@ class Fetcher:
 
     def stop(self) -> None:
         self.thread.stop()
+
+    def decode_with(self, models: Models) -> None:
+        """Decode the records of topics with key/value models (streams/kafka/decoding.py) with `models` from now
+        on; a consumer process started later is given them first."""
+        if models != self.thread.models:
+            self.thread.models = models
+            self.thread.send(("models", models))
+
+    @property
+    def waiting(self) -> dict[Key, str]:
+        """The partitions whose records wait for their schema registry, each with why (readiness reports them)."""
+        return self.thread.waiting
 
     def assign(self, topic: str, partition: int, offset: int) -> None:
         """Fetch the partition from `offset` (a partition assigned already is moved there)."""
@@ -205,6 +218,8 @@ class ConsumerProcess:
         self._reader: threading.Thread | None = None
         self._running = False
         self.highs: dict[Key, int] = {}  # Kafka's end of each partition, as the last fetch response said
+        self.models = Models()  # what the consumer decodes with
+        self.waiting: dict[Key, str] = {}  # partitions waiting for their registry, as the consumer last said
         self.restarts = 0  # consumer processes started again after one died
         self.young_deaths = 0  # in a row
         self._started_at = 0.0
@@ -258,6 +273,8 @@ class ConsumerProcess:
             )  # fmt: skip
         conn = Connection(ours.detach())
         conn.send(("config", self._kafka.consumer_config(), self._batch_size))
+        conn.send(("models", self.models))
+        self.waiting = {}
         self._started_at = time.monotonic()
         with self._lock:
             self._conn = conn
@@ -289,6 +306,9 @@ class ConsumerProcess:
                     call(self._fetcher.on_lows, message[2])
                 elif kind == "errors":
                     call(self._fetcher.on_errors, set(message[1]))
+                elif kind == "decoding":
+                    DecodeStats.add(message[1], message[2])
+                    self.waiting = message[3]
             except RuntimeError:  # the loop closed: the process is stopping
                 break
         with self._lock:

@@ -26,12 +26,19 @@ class CompiledFilter:
 
     def matches(self, record: Record, value: Any) -> bool:
         """`value` is the record's value parsed as JSON (or _MISSING), parsed once for all filters."""
-        if self.key is not None and record.key != self.key:
+        if self.key is not None and record.key != self.key and not (record.key_json and _key_equals(record, self.key)):
             return False
         for name, expected in self.headers:
             if not any(k == name and v == expected for k, v in record.headers):
                 return False
         return self.value_path is None or _value_equals(value, self.value_path, self.value_equals or "")
+
+
+def _key_equals(record: Record, expected: bytes) -> bool:
+    """A key decoded by its key model is JSON: it matches as a value filter would (a string by its text, so a filter
+    `k1` matches the key `"k1"`; a number by its JSON text)."""
+    key = parse_json(record.key)
+    return key is not _MISSING and _value_equals(key, (), expected.decode("utf-8", errors="replace"))
 
 
 def _value_equals(value: Any, path: tuple[str, ...], expected: str) -> bool:

@@ -11,6 +11,10 @@ a query each to the database. The table is also rebuilt every
 An announcement also rebuilds the table at once, and each rebuild closes the open streams whose route was
 removed or changed what it delivers or who may have it (`RouteSpec.delivery`): their clients reconnect and
 resume under the new configuration. Every other stream continues untouched.
+
+Each rebuild also reads the catalogs and the topics' key/value models (`load_models`), the one place the data
+plane gets them from: when they changed, `on_models` hands them to the hub, whose consumer processes decode
+records with them (streams/kafka/decoding.py).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
 from bindings.changes import CHANGES_GROUP
-from bindings.selectors import GuardSpec, RouteSpec, route_specs
+from bindings.selectors import GuardSpec, RouteSpec, catalog_specs, route_specs, topic_model_specs
+from streams.kafka.decoding import Models
 from streams.routes.listen import listen
 from streams.routes.matching import CompiledRoute, Match, compile_routes, match_all, path_segments
 
@@ -36,9 +41,14 @@ MAX_AGE_S = 30.0
 DATABASE_RETRY_S = 1.0
 
 
-def _load() -> tuple[RouteSpec, ...]:
+def load_models() -> Models:
+    """The catalogs and topic models records are decoded with (docs/schemas.md), as the control plane keeps them."""
+    return Models.of(catalog_specs(), topic_model_specs())
+
+
+def _load() -> tuple[tuple[RouteSpec, ...], Models]:
     close_old_connections()
-    return route_specs()
+    return route_specs(), load_models()
 
 
 class OpenStreams:
@@ -84,6 +94,8 @@ class RouteTable:
         self._listener: asyncio.Task[None] | None = None
         self._eager: set[asyncio.Task[None]] = set()
         self._miss_reload_at = float("-inf")  # when a path no route matched last read the table
+        self.models = Models()  # the catalogs and topic models, read with the routes
+        self.on_models: Callable[[Models], None] = lambda models: None
         self._failed_at = float("-inf")  # when a read last failed
 
     async def match(self, path: str) -> Match | None:
@@ -151,10 +163,13 @@ class RouteTable:
     async def _reload(self, started: float) -> None:
         self.stale = False  # a change announced while loading marks it stale again
         try:
-            specs = await sync_to_async(_load, thread_sensitive=False)()
+            specs, models = await sync_to_async(_load, thread_sensitive=False)()
         except BaseException:
             self.stale = True
             raise
+        if models != self.models:
+            self.models = models
+            self.on_models(models)
         self.routes = compile_routes(specs)
         self.by_name = {route.spec.name: (route, route.spec.delivery()) for route in self.routes}
         self.loaded_at = started

@@ -58,6 +58,10 @@ def test_0008_keeps_readers_reading_and_token_writers_writing() -> None:
         assert User.objects.get(username="ci").has_perms(["bindings.add_route", "bindings.delete_guard"])
         assert not User.objects.get(username="person").has_perm("bindings.view_route"), "staff alone gets nothing"
         readers = Group.objects.get(name="api-readers").permissions.values_list("codename", flat=True)
-        assert set(readers) == {"view_endpoint", "view_route", "view_guard", "view_change"}
+        # 0011 adds catalogs and topic models to what readers read and token writers write
+        assert set(readers) == {
+            "view_endpoint", "view_route", "view_guard", "view_change", "view_catalog", "view_topicmodel",
+        }  # fmt: skip
+        assert User.objects.get(username="ci").has_perms(["bindings.add_catalog", "bindings.delete_topicmodel"])
     finally:
         migrate(latest)

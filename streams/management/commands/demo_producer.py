@@ -1,4 +1,4 @@
-"""Send one JSON message per second to the demo topic, until stopped."""
+"""Send one JSON message per second to the demo topic, and one Avro order to the demo's Avro topic, until stopped."""
 
 from __future__ import annotations
 
@@ -13,14 +13,20 @@ from confluent_kafka import Producer
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
+from streams.management import demo_orders
+
 ITEMS = ("apple", "pear", "plum", "fig", "kiwi")
 
 
 class Command(BaseCommand):
-    help = "Produce a JSON item snapshot to the demo topic every second (Ctrl-C or SIGTERM stops it)."
+    help = (
+        "Produce a JSON item snapshot to the demo topic and an Avro order to the Avro topic every second "
+        "(Ctrl-C or SIGTERM stops it)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--topic", default="items-snapshots")
+        parser.add_argument("--avro-topic", default="orders-avro", help="The Avro topic ('' = none).")
         parser.add_argument("--interval", type=float, default=1.0)
         parser.add_argument("--count", type=int, default=0, help="Stop after this many messages (0 = never).")
 
@@ -45,6 +51,9 @@ class Command(BaseCommand):
                 "at": datetime.now(UTC).isoformat(timespec="milliseconds"),
             }
             producer.produce(options["topic"], key=item.encode(), value=json.dumps(value).encode())
+            if options["avro_topic"]:
+                order = demo_orders.order(sequence)
+                producer.produce(options["avro_topic"], key=order["id"].encode(), value=demo_orders.encode(order))
             producer.poll(0)
             time.sleep(options["interval"])
         producer.flush(5)

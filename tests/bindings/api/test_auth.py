@@ -142,7 +142,7 @@ def test_a_superuser_needs_no_permission_given(admin_client: Client) -> None:
 
 
 def test_imports_need_the_write_permissions_and_prune_needs_delete() -> None:
-    viewer = view_only_staff("view_endpoint", "view_guard")
+    viewer = view_only_staff("view_endpoint", "view_guard", "view_catalog", "view_topicmodel")
     assert viewer.get("/api/v1/export/zilla").status_code == 200
     assert viewer.get("/api/v1/asyncapi.yaml").status_code == 200
     for url in ("/api/v1/import/zilla", "/api/v1/import/asyncapi?dry_run=1"):
@@ -151,7 +151,7 @@ def test_imports_need_the_write_permissions_and_prune_needs_delete() -> None:
         assert "bindings.add_endpoint, bindings.add_route, bindings.add_guard" in response.json()["detail"], url
     writer = User.objects.create_user("importer", is_staff=True)
     writer.user_permissions.add(
-        *Permission.objects.filter(codename__regex=r"^(view|add|change)_(endpoint|route|guard)$")
+        *Permission.objects.filter(codename__regex=r"^(view|add|change)_(endpoint|route|guard|catalog|topicmodel)$")
     )
     client = Client()
     client.force_login(writer)

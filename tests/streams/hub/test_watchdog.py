@@ -42,8 +42,10 @@ def topic(stream: Stream) -> TopicState:
     return state
 
 
-async def check(watch: StallWatch, state: TopicState, metadata: Metadata, now: float) -> None:
-    await watch.check([state], EmptyCache(), metadata, now)  # type: ignore[arg-type]
+async def check(
+    watch: StallWatch, state: TopicState, metadata: Metadata, now: float, waiting: tuple[tuple[str, int], ...] = ()
+) -> None:
+    await watch.check([state], EmptyCache(), metadata, now, waiting)  # type: ignore[arg-type]
 
 
 @pytest.mark.asyncio
@@ -77,3 +79,15 @@ async def test_a_stream_at_the_end_the_fetcher_reached_or_whose_client_is_full_i
         for state in states:
             await check(watch, state, metadata, now)
     assert (watch.stalled, watch.noticed) == (0, 0)
+
+
+@pytest.mark.asyncio
+async def test_a_stream_whose_partition_waits_for_its_schema_registry_is_not_stalled() -> None:
+    watch, metadata = StallWatch(STALL_S), Metadata()
+    waiting, ordinary = Stream(cursor=5), Stream(cursor=5)
+    states = [topic(waiting), topic(ordinary)]
+    for now in (0, STALL_S, STALL_S + 1, STALL_S + 2, STALL_S + 3):
+        metadata.high += 1
+        await check(watch, states[0], metadata, now, waiting=(("items", 0),))
+        await check(watch, states[1], metadata, now)
+    assert (watch.stalled, watch.noticed) == (1, 1)  # the ordinary one only

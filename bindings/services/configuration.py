@@ -1,8 +1,4 @@
-"""Write functions: every change to the configuration goes through here.
-
-Each records who changed what (`Change`, shown in the admin and the API) and announces the change to every
-web process once the transaction commits (`bindings.changes`). `actor` names who writes: the API and the
-admin pass the signed-in user, commands their own name.
+"""Write functions for endpoints, routes, guards and revocations (`bindings.services` re-exports them).
 
 They validate as the admin does and raise Django's `ValidationError` with a `message_dict` whose keys name the
 bad field: a route's own fields (`topic`, `endpoint`, ...), `paths` / `paths[i]` for its conditions, and
@@ -16,9 +12,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import transaction
-from rest_framework.serializers import Serializer
 
 from bindings import changes
 from bindings.history import SHELL, Actor, record, route_state
@@ -42,36 +37,13 @@ from bindings.models import (
 )
 from bindings.models.revocation import Revocation, revocation_representation
 from bindings.representations import endpoint_representation, guard_representation
+from bindings.services.checks import Errors
+from bindings.services.checks import add as _add
+from bindings.services.checks import check_shape as _check_shape
+from bindings.services.checks import collect as _collect
 from bindings.shapes import EndpointShape, FilterShape, GuardShape, RevocationShape, RouteShape, problems
 
-Errors = dict[str, list[str]]
-
 _FILTER_FIELDS = {"key": "key", "headers": "headers", "value_path": "value.path", "value_equals": "value.equals"}
-
-
-def _check_shape(shape: type[Serializer[Any]], values: Mapping[str, Any], errors: Errors | None = None) -> None:
-    """`values` against their shape (`bindings.shapes`): wrong types and sizes are added to `errors`, or raised
-    when there is no `errors` to collect them in."""
-    found = problems(shape(data=dict(values)))
-    if errors is None and found:
-        raise ValidationError(found)
-    for key, messages in found.items():
-        _add(errors if errors is not None else {}, key, messages)
-
-
-def _add(errors: Errors, key: str, messages: Sequence[str] | str) -> None:
-    errors.setdefault(key, []).extend([messages] if isinstance(messages, str) else messages)
-
-
-def _collect(errors: Errors, exc: ValidationError, prefix: str, names: Mapping[str, str] | None = None) -> None:
-    """Merge `exc` into `errors`, its field names renamed by `names` and put after `prefix`."""
-    for field, messages in exc.message_dict.items():
-        if field == NON_FIELD_ERRORS:
-            key = prefix or NON_FIELD_ERRORS
-        else:
-            name = (names or {}).get(field, field)
-            key = f"{prefix}.{name}" if prefix else name
-        _add(errors, key, messages)
 
 
 def _endpoint(name: str, errors: Errors) -> Endpoint | None:

@@ -1,0 +1,162 @@
+"""A topic part's decoder: record bytes in, compact JSON (UTF-8) out, or a `DecodeError` with its reason.
+
+`decoder_for` reads a `ModelSpec` once and returns a decoder whose `decode` runs once per record, in the fetch
+process. The forms each model's values take are in docs/schemas.md.
+
+- A registry catalog's records are framed (`framing.py`): each decodes with the schema of its own id, so records
+  written before a schema changed decode with the schema they were written with. The model's strategy, subject,
+  version or id name the schema the topic is meant to hold (for the control plane and the AsyncAPI export);
+  they choose no schema here. The id's schema must be of the model's format.
+- An inline catalog's records are the plain encoding: the schema is the catalog's, by the model's subject (or
+  `<topic>-key` / `<topic>-value` for `strategy: topic`) and version, and for Protobuf the message by `record`.
+- `json` without a catalog is only parsed; `string` and the numbers need no schema.
+
+A null (a tombstone's value, a record without a key) stays None: it is no JSON value of the model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from streams.codecs.schemas import avro, json_values, protobuf, scalars
+from streams.codecs.schemas.errors import DecodeError, Reason, SchemaError
+from streams.codecs.schemas.framing import message_indexes, unframe
+from streams.codecs.schemas.registry import Schema
+from streams.codecs.schemas.sources import Catalogs, SchemaSource, referenced
+from streams.codecs.schemas.spec import ModelSpec, Part, SchemaFormat, topic_subject
+
+_T = TypeVar("_T")
+Read = Callable[[Schema, tuple[tuple[str, Schema], ...], memoryview], Any]
+
+
+class Decoder(Protocol):
+    def decode(self, raw: bytes | None) -> bytes | None: ...
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON in UTF-8, with no NaN (the converters wrote those as strings already)."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    except (ValueError, TypeError) as exc:  # UnicodeEncodeError (a lone surrogate) is a ValueError
+        raise DecodeError(Reason.INVALID, f"no JSON for the value: {exc}") from None
+
+
+class _Plain:
+    """A model decoded without a schema."""
+
+    def __init__(self, to_json: Callable[[bytes | memoryview], bytes]) -> None:
+        self._to_json = to_json
+
+    def decode(self, raw: bytes | None) -> bytes | None:
+        return None if raw is None else self._to_json(raw)
+
+
+class _Framed:
+    """A registry catalog's records: the schema by the id each one carries."""
+
+    def __init__(self, spec: ModelSpec, source: SchemaSource) -> None:
+        self._format: SchemaFormat = _schema_format(spec)
+        self._source = source
+        self._read = _READS[self._format]
+
+    def decode(self, raw: bytes | None) -> bytes | None:
+        if raw is None:
+            return None
+        schema_id, payload = unframe(raw)
+        schema = self._source.by_id(schema_id)
+        if schema.format != self._format:
+            raise DecodeError(Reason.SCHEMA_MISMATCH, f"schema {schema_id} is {schema.format}, not {self._format}")
+        if self._format == "protobuf":
+            indexes, payload = message_indexes(payload)
+            return dumps(_read_protobuf(schema, referenced(schema, self._source), payload, indexes=indexes))
+        return dumps(self._read(schema, referenced(schema, self._source), payload))
+
+
+class _Inline:
+    """An inline catalog's records: one schema, by subject and version, for every record."""
+
+    def __init__(self, spec: ModelSpec, source: SchemaSource, topic: str, part: Part) -> None:
+        self._format: SchemaFormat = _schema_format(spec)
+        if spec.schema_id is not None:
+            raise SchemaError("an inline catalog's schemas have no ids: name a subject or the topic strategy")
+        subject = spec.subject or (topic_subject(topic, part) if spec.strategy == "topic" else None)
+        if subject is None:
+            raise SchemaError("name the schema: a subject, or the topic strategy")
+        self._subject, self._version, self._record = subject, spec.version, spec.record
+        self._source = source
+        self._read = _READS[self._format]
+
+    def decode(self, raw: bytes | None) -> bytes | None:
+        if raw is None:
+            return None
+        schema = self._source.by_subject(self._subject, self._version)
+        if schema.format != self._format:
+            raise DecodeError(Reason.SCHEMA_MISMATCH, f"{self._subject} is {schema.format}, not {self._format}")
+        payload = memoryview(raw)
+        if self._format == "protobuf":
+            return dumps(_read_protobuf(schema, (), payload, record=self._record))
+        return dumps(self._read(schema, (), payload))
+
+
+def _schema_format(spec: ModelSpec) -> SchemaFormat:
+    if spec.model not in ("avro", "protobuf", "json"):
+        raise SchemaError(f"the {spec.model} model takes no catalog")
+    model: SchemaFormat = spec.model
+    return model
+
+
+def _compiled(make: Callable[[], _T]) -> _T:
+    """A schema the catalog gives that does not compile is the records' problem, not the model's: counted."""
+    try:
+        return make()
+    except SchemaError as exc:
+        raise DecodeError(Reason.SCHEMA_MISMATCH, str(exc)) from None
+
+
+def _read_avro(schema: Schema, imports: tuple[tuple[str, Schema], ...], payload: memoryview) -> Any:
+    texts = tuple(imported.text for _, imported in imports)
+    return _compiled(lambda: avro.reader(schema.text, texts)).read(payload)
+
+
+def _read_json(schema: Schema, imports: tuple[tuple[str, Schema], ...], payload: memoryview) -> Any:
+    texts = tuple((name, imported.text) for name, imported in imports)
+    checker = _compiled(lambda: json_values.checker(schema.text, texts))
+    value = json_values.parse(payload)
+    checker.check(value)
+    return value
+
+
+def _read_protobuf(
+    schema: Schema,
+    imports: tuple[tuple[str, Schema], ...],
+    payload: memoryview,
+    *,
+    indexes: tuple[int, ...] | None = None,
+    record: str | None = None,
+) -> Any:
+    texts = tuple((name, imported.text) for name, imported in imports)
+    reader = _compiled(lambda: protobuf.reader(schema.text, texts))
+    descriptor = reader.by_indexes(indexes) if indexes is not None else reader.by_name(record)
+    return reader.read(descriptor, payload)
+
+
+_READS: dict[SchemaFormat, Read] = {"avro": _read_avro, "json": _read_json, "protobuf": _read_protobuf}
+
+
+def decoder_for(spec: ModelSpec, catalogs: Catalogs, topic: str, part: Part = "value") -> Decoder:
+    """The decoder of `topic`'s `part` under `spec`; `SchemaError` for a model that cannot work (an `avro` model
+    without a catalog, an inline catalog without a subject, an unknown catalog or character set)."""
+    if spec.model == "string":
+        return _Plain(scalars.string(spec.encoding))
+    if spec.model in ("int32", "int64", "float", "double"):
+        return _Plain(scalars.number(spec.model))
+    if spec.catalog is None:
+        if spec.model == "json":
+            return _Plain(lambda raw: dumps(json_values.parse(raw)))
+        raise SchemaError(f"the {spec.model} model needs a catalog")
+    source = catalogs.source(spec.catalog)
+    if catalogs.specs[spec.catalog].is_registry:
+        return _Framed(spec, source)
+    return _Inline(spec, source, topic, part)
