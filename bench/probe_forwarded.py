@@ -63,6 +63,9 @@ def start_server(app_dir: Path, port: int, limit: int, log_path: Path) -> Proc:
         "LOG_LEVEL": "INFO",
         "PYTHONUNBUFFERED": "1",
         "SSE_MAX_STREAMS_PER_CLIENT": str(limit),
+        # What is probed is the stream limit's address; the connection limit (its own bound on the socket's peer,
+        # 100 by default) would close the probe's connections past 100 before they could claim an address.
+        "SSE_MAX_CONNECTIONS_PER_CLIENT": "0",
     }
     endpoint = f"tcp:port={port}:interface=127.0.0.1:backlog=4096"
     argv = [PY, "-m", "streams.server", "--proxy-headers", "-v", "1", "-e", endpoint, "config.asgi:application"]
