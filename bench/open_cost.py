@@ -426,6 +426,7 @@ class Summary:
 
     phases: dict[str, float]
     shares: dict[str, float]
+    spread: dict[str, tuple[float, float]]  # least and most µs of each phase over the sampled storms
     main: float
     other_threads: float
     process: float
@@ -444,8 +445,11 @@ def summarise(storms_: list[Storm]) -> Summary:
     main = statistics.median(s.per_stream_us("main") for s in plain)
     process = statistics.median(s.per_stream_us("process") for s in plain)
     shares: dict[str, float] = {}
+    spread: dict[str, tuple[float, float]] = {}
     for phase in PHASES:
-        shares[phase] = statistics.median(s.phases_s[phase] / max(1e-9, sum(s.phases_s.values())) for s in sampled)
+        each = [s.phases_s[phase] / max(1e-9, sum(s.phases_s.values())) for s in sampled]
+        shares[phase] = statistics.median(each)
+        spread[phase] = (min(each) * main, max(each) * main)
     tops: dict[str, list[tuple[str, float]]] = {}
     for phase in PHASES:
         top: dict[str, float] = collections.defaultdict(float)
@@ -456,6 +460,7 @@ def summarise(storms_: list[Storm]) -> Summary:
     return Summary(
         phases={phase: shares[phase] * main for phase in PHASES},
         shares=shares,
+        spread=spread,
         main=main,
         other_threads=process - main,
         process=process,
@@ -484,14 +489,15 @@ def render(platform: Summary, baseline: Summary, args: argparse.Namespace, run_i
         "alternating; medians. µs of CPU per stream: phases are shares of the sampled main thread applied to its "
         "CPU without the sampler.",
         "",
-        "| phase | platform µs | share | baseline µs | platform ÷ baseline |",
-        "|---|---:|---:|---:|---:|",
+        "| phase | platform µs | share | least-most | baseline µs | platform ÷ baseline |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     baseline_has = {ACCEPT, CATCH_UP, WRITE, REST}
     for phase in PHASES:
         base = baseline.phases[phase] if phase in baseline_has else None
         lines.append(
             f"| {phase} | {platform.phases[phase]:.0f} | {platform.shares[phase] * 100:.1f} % | "
+            f"{platform.spread[phase][0]:.0f}-{platform.spread[phase][1]:.0f} | "
             f"{'' if base is None else f'{base:.0f}'} | {ratio(platform.phases[phase], base)} |"
         )
     rows = [
