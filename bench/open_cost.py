@@ -245,6 +245,7 @@ class Storm:
     all_s: float | None
     cpu_s: dict[str, float]
     idle: dict[str, float]
+    route_reloads: int = 0  # route table rebuilds during the window: a change elsewhere on the shared database
     profile: dict[str, Any] | None = None  # the sampler's summary, without the stacks
     phases_s: dict[str, float] = field(default_factory=dict)
     top: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
@@ -276,6 +277,11 @@ class Target:
         if producer.popen.wait(30) != 0:
             raise BenchError(f"producer failed:\n{producer.tail()}")
 
+    def route_reloads(self) -> int:
+        health = self.scenario.health(limit_s=5.0) if self.scenario is not None else None
+        value = (health or {}).get("route_reloads", 0)
+        return value if isinstance(value, int) else 0
+
     def settled(self, limit_s: float = 60.0) -> None:
         """Wait until the server has closed the dropped streams: `/-/health` says none is open (the platform's), or
         its descriptors are back to what they were before the first connect (the baseline's)."""
@@ -299,10 +305,12 @@ def storm(target: Target, n: int, catch_up: int, sampled: bool) -> Storm:
         with contextlib.suppress(FileNotFoundError):
             target.profile_path.unlink()
         os.kill(target.pid, signal.SIGUSR1)
+    reloads = target.route_reloads()
     before = Cpu.read(target.pid)
     reply = target.ask({"cmd": "reconnect", "timeout": 120}, 180)
     time.sleep(TAIL_S)
     after = Cpu.read(target.pid)
+    reloads = target.route_reloads() - reloads
     result = Storm(
         sampled=sampled,
         resumed=reply["resumed"],
@@ -310,6 +318,7 @@ def storm(target: Target, n: int, catch_up: int, sampled: bool) -> Storm:
         all_s=reply["all_seconds"],
         cpu_s=seconds_over(before, after, idle),
         idle=idle,
+        route_reloads=reloads,
     )
     if sampled:
         os.kill(target.pid, signal.SIGUSR2)
@@ -435,6 +444,7 @@ class Summary:
     sampler: float
     all_s: list[float | None]
     samples: int
+    route_reloads: int
     coverage: float  # sampled weight / the main thread's CPU over the window
     top: dict[str, list[tuple[str, float]]]
 
@@ -469,6 +479,7 @@ def summarise(storms_: list[Storm]) -> Summary:
         sampler=statistics.median((s.profile or {}).get("sampler_s", 0.0) / max(1, s.resumed) * 1e6 for s in sampled),
         all_s=[s.all_s for s in storms_],
         samples=sum((s.profile or {}).get("samples", 0) for s in sampled),
+        route_reloads=sum(s.route_reloads for s in storms_),
         coverage=statistics.median(
             sum(s.phases_s.values()) / max(1e-9, (s.profile or {}).get("main_thread_cpu_s", 0.0)) for s in sampled
         ),
@@ -516,7 +527,9 @@ def render(platform: Summary, baseline: Summary, args: argparse.Namespace, run_i
         "",
         f"All streams back after (s): platform {resumed}; baseline {resumed_base}. Samples: platform "
         f"{platform.samples}, baseline {baseline.samples}; their weights cover {platform.coverage * 100:.0f} % and "
-        f"{baseline.coverage * 100:.0f} % of the main thread's CPU (the rest is the sampler's own handler).",
+        f"{baseline.coverage * 100:.0f} % of the main thread's CPU (the rest is the sampler's own handler). Route "
+        f"table reloads during the windows: {platform.route_reloads} (route changes by anything else on the shared "
+        "database; each one is route-match CPU no stream asked for).",
         "",
     ]
     biggest = sorted(PHASES, key=lambda p: platform.phases[p], reverse=True)[:3]
@@ -589,6 +602,7 @@ def storm_json(s: Storm) -> dict[str, Any]:
         "all_s": s.all_s,
         "cpu_s": s.cpu_s,
         "idle_per_s": s.idle,
+        "route_reloads": s.route_reloads,
         "profile": s.profile,
         "phases_s": s.phases_s,
         "top": s.top,
