@@ -32,7 +32,9 @@ How the CPU is counted, and why this way:
 - **Mapping** a sample to a phase: the innermost frame of its stack that a rule below names decides (so Twisted's
   socket write under `Flow.write` is the write, not Twisted's parsing); frames of Twisted, daphne and asyncio's
   selector only decide when no other rule matched. What no rule names is "the rest" (the event loop's own turns,
-  the endpoint's own code, the hub's attach); its heaviest functions are listed under the table.
+  the endpoint's own code, the hub's attach); its heaviest functions are listed under the table. The garbage
+  collector's time is its own phase (from `gc.callbacks`): charged to whatever frame allocated when a
+  collection fell due, its pauses made the other phases jump between storms.
 
 The baseline has three of the phases (accept and parse, catch-up from memory, first write) and the rest (its
 event loop). Figures move with the machine: read them as ratios within one run. Needs the services (`make
@@ -70,7 +72,8 @@ CATCH_UP = "catch-up read (cache, subscription, encode)"
 WRITE = "first write (headers + events)"
 BOOKKEEPING = "bookkeeping (metrics, delivery log, stall watch, logs, daphne's checkers)"
 REST = "the rest (event loop, endpoint, hub attach)"
-PHASES = [ACCEPT, ROUTE, GUARD, START, CATCH_UP, WRITE, BOOKKEEPING, REST]
+GC = "garbage collection"
+PHASES = [ACCEPT, ROUTE, GUARD, START, CATCH_UP, WRITE, BOOKKEEPING, REST, GC]
 TAIL_S = 0.5  # what a stream does just after its first event is part of its open
 IDLE_S = 1.0
 
@@ -160,6 +163,7 @@ def split(profile: dict[str, Any]) -> tuple[dict[str, float], dict[str, list[tup
         seconds[phase] += weight
         own = next((f for f in reversed(stack) if "/python3." not in f[0] or "site-packages" in f[0]), stack[-1])
         frames[phase][f"{short(own[0])}:{own[1]}"] += weight
+    seconds[GC] = profile.get("gc_s", 0.0)
     return seconds, {phase: heaviest(weights) for phase, weights in frames.items()}
 
 
@@ -503,7 +507,7 @@ def render(platform: Summary, baseline: Summary, args: argparse.Namespace, run_i
         "| phase | platform µs | share | least-most | baseline µs | platform ÷ baseline |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    baseline_has = {ACCEPT, CATCH_UP, WRITE, REST}
+    baseline_has = {ACCEPT, CATCH_UP, WRITE, REST, GC}
     for phase in PHASES:
         base = baseline.phases[phase] if phase in baseline_has else None
         lines.append(
