@@ -48,6 +48,7 @@ from streams.server.peers import PeerConnections
 from streams.server.tls import TlsError, TlsListener, certificate_options, listen_tls
 
 FLOW_EXTENSION = "sse.flow"
+FULL_COLLECTION_EVERY = 100  # second-generation collections per full one (Python's default: 10)
 # Twisted internals `Flow.write` reads. They are not public API: pyproject.toml bounds Twisted's version, and
 # tests/streams/server/test_twisted_internals.py fails, naming what is gone, when a release drops one.
 TRANSPORT_INTERNALS = ("TLS", "connected", "socket", "dataBuffer", "offset", "_tempDataLen", "_writeDisconnected")
@@ -262,6 +263,13 @@ class FlowControlServer(Server):  # type: ignore[misc]
         # every few seconds under load: measured at 1000 clients x 100 msg/s, passes of 210-220 ms, each one a
         # pause of the event loop that set the p99 delivery latency.
         gc.freeze()
+        # What the streams allocate as they open becomes long-lived at once (a stream's state lives as long as
+        # its client), and the collector's full passes scan all of it again and again while a storm of opens
+        # adds more: 44 % of an open's CPU at 2 000 streams, 55 % at 10 000 (bench/open_cost.py). Young garbage
+        # stays collected as before (the first two thresholds are Python's); a full pass waits for 100
+        # second-generation passes instead of Python's 10 (docs/benchmarks.md, "Garbage collection and opens").
+        young, middle, _ = gc.get_threshold()
+        gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
         super().run()
 
     def listen_success(self, port: Any) -> None:
