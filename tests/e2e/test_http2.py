@@ -308,4 +308,6 @@ def test_a_stalled_client_over_https_with_http1_is_closed_with_memory_bounded(
         finally:
             stalled.close()
         # The bound of the stalled HTTP/2 stream above; TLS adds its own buffers per connection, not per event.
-        assert grown < 16 * MiB, f"RSS grew {grown / MiB:.1f} MiB"
+        # Measured 10-16 MiB on a loaded machine (the allocator keeps some of the 38 MiB that passed through);
+        # a transport buffer without the flow control would hold all 38 MiB.
+        assert grown < 24 * MiB, f"RSS grew {grown / MiB:.1f} MiB"
