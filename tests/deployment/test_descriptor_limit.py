@@ -57,9 +57,7 @@ def web_started_with(soft: int, hard: int, **env: str) -> Iterator[tuple[int, Pa
 
 def test_a_worker_gets_the_descriptors_its_streams_need() -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    streams = 3000
-    if hard < streams + HEADROOM:
-        pytest.skip(f"the hard descriptor limit here ({hard}) is below what the test asks for")
+    streams = min(3000, hard - HEADROOM)  # within the hard limit, wherever the test runs
     with web_started_with(1024, hard, SSE_MAX_STREAMS=str(streams)) as (worker, log_path):
         assert open_files_limit(worker) == (streams + HEADROOM, hard)
         assert f"descriptor limit: {streams + HEADROOM} per worker" in log_path.read_text()
