@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import signal
 import sys
@@ -61,6 +62,8 @@ class Row:
     p50_ms: float | None = None
     p99_ms: float | None = None
     server_cpu: float | None = None
+    tree_cpu: float | None = None  # the server and all its descendants (workers, fetch and host processes)
+    all_back_s: float | None = None  # storm: until every client had its first event after resuming
     server_rss_mb: float | None = None
     worker_rss_mb: float | None = None  # the largest server process's
     loadgen_cpu: float | None = None
@@ -99,6 +102,48 @@ def saturation(row: Row, server_max_cpu: float | None) -> str:
     return " + ".join(who) or "none"
 
 
+def per_event_us(row: Row) -> float | None:
+    """CPU of the server and its children per delivered event, µs."""
+    if row.tree_cpu is None or not row.delivered:
+        return None
+    return row.tree_cpu / row.delivered * 1e6
+
+
+BASELINE = "baseline: "  # the prefix of the hand-written baseline's rows
+
+
+def ratio(platform: float | None, baseline: float | None) -> str:
+    return "-" if platform is None or not baseline else f"{platform / baseline:.2f}"
+
+
+def render_ratios(rows: list[Row]) -> str:
+    """Each platform row against the baseline row of the same scenario in the same run."""
+    baselines = {r.scenario.removeprefix(BASELINE): r for r in rows if r.scenario.startswith(BASELINE)}
+    pairs = [(r, baselines[r.scenario]) for r in rows if r.scenario in baselines]
+    if not pairs:
+        return ""
+    head = ["scenario", "delivered", "p50", "p99", "CPU with children", "CPU per event", "storm: all back"]
+    lines = [
+        "Platform ÷ baseline, same run (above 1: the platform is slower or costs more; delivered: below 1 it "
+        "delivers less):",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for r, b in pairs:
+        cells = [
+            r.scenario,
+            ratio(r.delivered, b.delivered),
+            ratio(r.p50_ms, b.p50_ms),
+            ratio(r.p99_ms, b.p99_ms),
+            ratio(r.tree_cpu, b.tree_cpu),
+            ratio(per_event_us(r), per_event_us(b)),
+            ratio(r.all_back_s, b.all_back_s),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def render(rows: list[Row]) -> str:
     head = [
         "scenario",
@@ -109,6 +154,8 @@ def render(rows: list[Row]) -> str:
         "p50 ms",
         "p99 ms",
         "server CPU",
+        "CPU with children",
+        "µs CPU per event",
         "server RSS MB",
         "loadgen CPU",
         "broker+producer CPU",
@@ -132,6 +179,8 @@ def render(rows: list[Row]) -> str:
             fmt_num(r.p50_ms, 1),
             fmt_num(r.p99_ms, 1),
             fmt_num(r.server_cpu, 2),
+            fmt_num(r.tree_cpu, 2),
+            fmt_num(per_event_us(r), 1),
             fmt_num(r.server_rss_mb),
             fmt_num(r.loadgen_cpu, 2),
             fmt_num(r.kafka_cpu, 2),
@@ -157,9 +206,10 @@ def render(rows: list[Row]) -> str:
 class Sampler:
     """CPU ticks of the processes of a scenario, and of the machine, at one instant."""
 
-    def __init__(self, server_pids: list[int], loadgen: int | None, kafka: list[int]) -> None:
+    def __init__(self, server_pids: list[int], tree_pids: list[int], loadgen: int | None, kafka: list[int]) -> None:
         self.at = time.monotonic()
         self.server = {pid: cpu_ticks(pid) for pid in server_pids}
+        self.tree = {pid: cpu_ticks(pid) for pid in tree_pids}
         self.loadgen = cpu_ticks(loadgen)
         self.kafka = [cpu_ticks(pid) for pid in kafka]
         self.machine = machine_ticks()[0]
@@ -176,6 +226,8 @@ class Sampler:
         per_process = [self.cores(self.server.get(pid), ticks, seconds) for pid, ticks in later.server.items()]
         known = [c for c in per_process if c is not None]
         row.server_cpu = sum(known) if known else None
+        tree = [self.cores(self.tree.get(pid), ticks, seconds) for pid, ticks in later.tree.items()]
+        row.tree_cpu = sum(c for c in tree if c is not None) if any(c is not None for c in tree) else None
         row.loadgen_cpu = self.cores(self.loadgen, later.loadgen, seconds)
         kafka = [self.cores(a, b, seconds) for a, b in zip(self.kafka, later.kafka, strict=True)]
         row.kafka_cpu = sum(k for k in kafka if k is not None) if any(k is not None for k in kafka) else None
@@ -187,7 +239,8 @@ class Scenario(harness.Scenario):
     """A scenario that fills the table's columns from the server's state."""
 
     def sample(self) -> Sampler:
-        return Sampler(self.server_pids(), self.loadgen.pid if self.loadgen else None, self.kafka_pids())
+        loadgen = self.loadgen.pid if self.loadgen else None
+        return Sampler(self.server_pids(), self.tree_pids(), loadgen, self.kafka_pids())
 
     def fill_server_state(self, row: Row) -> None:
         pids = self.server_pids()
@@ -394,6 +447,7 @@ def run_storm(opts: Options, n: int, rate: int) -> Row:
         row.p99_ms = storm["p99"] * 1000 if storm["p99"] is not None else None
         row.errors = fmt_errors(report["errors"])
         all_s = storm["all_seconds"]
+        row.all_back_s = all_s
         resumed_ok = all_s is not None and all_s <= 10
         row.notes.append(
             f"p50/p99 = reconnect start → first event after resuming, per client; all {storm['asked']} resumed "
@@ -492,6 +546,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--registry", help="the schema registry's Confluent API for avro (default: start Apicurio for the run)"
     )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also run each live JSON cell and the storm against the hand-written baseline\n"
+        "(bench/baseline_server.py --kafka: one asyncio process), alternating, and print the ratios",
+    )
     harness.add_server_args(parser, processes=1)
     args = parser.parse_args(argv)
     if unknown := set(args.values) - {"json", "avro"}:
@@ -513,6 +573,16 @@ def skipped_row(clients: int, rate: int) -> Row:
     row.met = "skipped"
     apply_targets(row, targets_for(clients, rate, coalescing_off=False))
     return row
+
+
+def servers_for(opts: Options, args: argparse.Namespace, index: int, kind: str, what: Any) -> list[Options]:
+    """The platform, and with --baseline the hand-written baseline too (for live JSON cells and the storm),
+    alternating which goes first from one scenario to the next."""
+    json_cell = kind == "cell" and (what[2] if len(what) > 2 else "json") == "json"
+    if not args.baseline or not (json_cell or kind == "storm"):
+        return [opts]
+    baseline = dataclasses.replace(opts, baseline=True, processes=1)
+    return [baseline, opts] if index % 2 == 0 else [opts, baseline]
 
 
 def run_step(opts: Options, args: argparse.Namespace, kind: str, what: Any) -> Row:
@@ -556,13 +626,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     interrupted = False
     try:
-        for kind, what in steps:
-            rows.append(run_step(opts, args, kind, what))
-            last = rows[-1]
-            log(
-                f"  -> {last.scenario}: delivered {fmt_num(last.delivered)} ev/s, p50 {fmt_num(last.p50_ms, 1)} ms, "
-                f"p99 {fmt_num(last.p99_ms, 1)} ms, server CPU {fmt_num(last.server_cpu, 2)}, met {last.met}"
-            )
+        for index, (kind, what) in enumerate(steps):
+            for step_opts in servers_for(opts, args, index, kind, what):
+                last = run_step(step_opts, args, kind, what)
+                if step_opts.baseline:
+                    last.scenario = BASELINE + last.scenario
+                rows.append(last)
+                log(
+                    f"  -> {last.scenario}: delivered {fmt_num(last.delivered)} ev/s, p50 {fmt_num(last.p50_ms, 1)} "
+                    f"ms, p99 {fmt_num(last.p99_ms, 1)} ms, server CPU {fmt_num(last.server_cpu, 2)}, met {last.met}"
+                )
     except (KeyboardInterrupt, Interrupted):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -580,9 +653,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{' ' + ' '.join(args.server_env) if args.server_env else ''}; {PARTITIONS} partitions, "
         f"{harness.MESSAGE_BYTES} B messages; window {opts.window_s:.0f} s after {opts.warmup_s:.0f} s warm-up; "
         "latency = receipt in the load generator minus the send time embedded in the message by the producer; "
-        "CPU in cores (1.00 = one core busy).\n"
+        "CPU in cores (1.00 = one core busy)"
+        + (
+            "; `baseline:` rows are the hand-written baseline (bench/baseline_server.py --kafka, one process) on "
+            "the same broker and load generator"
+            if args.baseline
+            else ""
+        )
+        + ".\n"
     )
-    report = header + "\n" + render(rows)
+    ratios = render_ratios(rows)
+    report = header + "\n" + render(rows) + ("\n\n" + ratios if ratios else "")
     print(report, flush=True)
     (opts.out_dir / f"fanout-{opts.run_id}.md").write_text(report + "\n")
     (opts.out_dir / f"fanout-{opts.run_id}.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))

@@ -303,6 +303,7 @@ class Options:
     broker_port: int
     broker_pid: int | None
     registry: str | None = None  # a schema registry's Confluent API, for scenarios with Avro values
+    baseline: bool = False  # the server is bench/baseline_server.py's live mode, not the platform
 
 
 class Scenario:
@@ -314,7 +315,7 @@ class Scenario:
         self.opts = opts
         self.name = name
         self.values = values  # "json", or "avro": through the registry, decoded by the server
-        slug = name.replace(" ", "-")
+        slug = ("baseline-" if opts.baseline else "") + name.replace(" ", "-")
         self.topic = f"bench-{opts.run_id}-{slug}"
         self.path = f"/bench/{opts.run_id}/{slug}"
         self.route = self.topic
@@ -363,7 +364,10 @@ class Scenario:
             "SSE_MAX_CONNECTIONS_PER_CLIENT": "0",
             **self.server_env,
         }
-        if self.opts.processes == 1:
+        if self.opts.baseline:
+            argv = [PY, str(BENCH / "baseline_server.py"), "--port", str(self.port)]
+            argv += ["--kafka", self.opts.bootstrap, "--topic", self.topic]
+        elif self.opts.processes == 1:
             endpoint = f"tcp:port={self.port}:interface=127.0.0.1:backlog=4096"
             argv = [PY, "-m", self.opts.server_module, "-v", "0", "-e", endpoint, "config.asgi:application"]
         else:
@@ -385,7 +389,9 @@ class Scenario:
         while time.monotonic() < deadline:
             if not self.server.alive():
                 raise BenchError(f"server exited with {self.server.popen.returncode}:\n{self.server.tail()}")
-            if self.health(limit_s=1.0) is not None and len(self.server_pids()) == self.opts.processes:
+            if self.health(limit_s=1.0) is not None and len(self.server_pids()) == (
+                1 if self.opts.baseline else self.opts.processes
+            ):
                 return
             time.sleep(0.2)
         raise BenchError(f"server not ready within 60s:\n{self.server.tail()}")
@@ -430,7 +436,18 @@ class Scenario:
     def server_pids(self) -> list[int]:
         if self.server is None or not self.server.alive():
             return []
-        return [self.server.pid] if self.opts.processes == 1 else children(self.server.pid)
+        return [self.server.pid] if self.opts.processes == 1 or self.opts.baseline else children(self.server.pid)
+
+    def tree_pids(self) -> list[int]:
+        """The server and all its descendants: web.py, its workers, their fetch and host processes."""
+        if self.server is None or not self.server.alive():
+            return []
+        found, todo = [], [self.server.pid]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            todo += children(pid)
+        return found
 
     def kafka_pids(self) -> list[int]:
         pids = [self.producer.pid] if self.producer is not None and self.producer.alive() else []
