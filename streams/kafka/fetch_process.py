@@ -152,7 +152,19 @@ class Fetch:
         mine = self.mine(keys)
         self.paused.difference_update(mine)
         if fetch := [key for key in mine if key not in self.holds]:  # a waiting partition stays paused
-            self.consumer.resume(_partitions(fetch))
+            self.resume(fetch)
+
+    def resume(self, keys: list[Key]) -> None:
+        """Fetch the partitions again, now. librdkafka's fetcher only notices a resumed partition at its next
+        wake-up, up to a second later (a reconnect storm's clients all waited that second); a seek to the
+        position the pause kept, the same offset, wakes it at once."""
+        partitions = _partitions(keys)
+        self.consumer.resume(partitions)
+        with contextlib.suppress(KafkaException):
+            # A partition paused before its first record has no position yet; it waits for the wake-up.
+            for found in self.consumer.position(partitions):
+                if found.offset >= 0:
+                    self.consumer.seek(found)
 
     def do_models(self, models: Models) -> None:
         if self.decoding.use(models):
@@ -164,7 +176,7 @@ class Fetch:
         eof = [key for key in released if key in records and not records[key]]
         records = {key: found for key, found in records.items() if found}
         if fetch := [key for key in released if key not in self.paused]:
-            self.consumer.resume(_partitions(fetch))
+            self.resume(fetch)
         self.send_batch(records, eof)
 
     def send_batch(self, records: dict[Key, list[RecordTuple]], eof: list[Key]) -> None:

@@ -3,6 +3,7 @@ does, on every path (assign, pause, resume, unassign, assign again)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -81,6 +82,32 @@ def test_pause_then_resume_fetches_what_arrived_meanwhile(
     on_loop(instance.resume, topic, [0])
     assert instance.partitions[(topic, 0)].state is Fetch.FETCHING
     wait_until(lambda: received.offsets() == [0], timeout=5)
+
+
+def test_a_resume_after_records_were_fetched_goes_on_from_the_next_one_without_repeat_or_loss(
+    fetcher: tuple[Fetcher, Received, Callable[..., None]], new_topic: Callable[..., str], produce: Produce
+) -> None:
+    """A resume seeks the consumer to the position its pause kept (it wakes librdkafka's fetcher at once): the
+    records from before the pause come once, those produced during it follow, in order."""
+    instance, received, on_loop = fetcher
+    topic = new_topic()
+    for index in range(3):
+        produce(topic, b"%d" % index)
+    on_loop(instance.assign, topic, 0, 0)
+    wait_until(lambda: received.offsets() == [0, 1, 2])
+    for round_ in range(3):
+        on_loop(instance.pause, topic, [0])
+        for index in range(2):
+            produce(topic, b"paused %d %d" % (round_, index))
+        on_loop(instance.resume, topic, [0])
+        wait_until(functools.partial(at_least, received, 5 + 2 * round_), timeout=5)
+    produce(topic, b"after")
+    wait_until(lambda: len(received.offsets()) >= 10, timeout=5)
+    assert received.offsets() == list(range(10))
+
+
+def at_least(received: Received, count: int) -> bool:
+    return len(received.offsets()) >= count
 
 
 def test_assigning_an_assigned_partition_moves_it(
