@@ -43,6 +43,7 @@ from streams.kafka.client import ReaderStats
 from streams.kafka.decoding import Models
 from streams.routes.table import OpenStreams, RouteTable
 from streams.server.peers import PeerStats
+from streams.server.reaping import ServerConnections
 from streams.telemetry.counters import StreamStats
 from streams.telemetry.delivery_log import DeliveryLog, DeliverySinks
 from streams.telemetry.delivery_schema import End, Start
@@ -130,6 +131,7 @@ class Runtime:
             "streams": self.stats.open_streams,
             "malformed_ids": self.stats.malformed_ids,
             "closed_slow": self.stats.closed_slow,
+            "server_connections": ServerConnections.count(),  # streams/server/reaping.py
             "connections_refused": PeerStats.refused,  # past SSE_MAX_CONNECTIONS_PER_CLIENT (streams/server/peers.py)
             "historical_readers": ReaderStats.historical_readers,
             "route_reloads": self.routes.reloads,

@@ -45,6 +45,7 @@ from streams.server import http2
 from streams.server.deadlines import BoundedHTTPFactory
 from streams.server.forwarded import ClientOrigin, parse_networks
 from streams.server.peers import PeerConnections
+from streams.server.reaping import ReapOnChange
 from streams.server.tls import TlsError, TlsListener, certificate_options, listen_tls
 
 FLOW_EXTENSION = "sse.flow"
@@ -225,7 +226,7 @@ class StreamFlow(Flow):
             stream.abortConnection()
 
 
-class FlowControlServer(Server):  # type: ignore[misc]
+class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
     def __init__(self, *args: Any, tls: TlsListener | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tls = tls
