@@ -264,6 +264,7 @@ class Stream:
         finally:
             registration.close(end)
             await pump.close()
+            self.pump = None  # the pump's `on_gone` holds this stream: freed without the collector
 
     def reauthorised(self) -> None:
         """A challenge response renewed one of this stream's tokens."""

@@ -48,7 +48,12 @@ class Descriptions:
         if task is None:
             task = self._describing[name] = asyncio.get_running_loop().create_task(self._describe(name))
             task.add_done_callback(lambda _: self._describing.pop(name, None))
-        return await asyncio.shield(task)
+        try:
+            return await asyncio.shield(task)
+        finally:
+            # A task that raised holds its exception, whose traceback holds this frame: without `task` in it, no
+            # cycle, and the exception goes with its last reference (a flood of unknown topics leaves nothing).
+            del task
 
     async def _describe(self, name: str) -> TopicState:
         info = await self.metadata.describe(name)

@@ -82,9 +82,15 @@ class CountedFactory:
 
     def _release_on_close(self, protocol: Any, host: str) -> None:
         lost = protocol.connectionLost
+        own = "connectionLost" in vars(protocol)
 
         def connection_lost(reason: Any) -> None:
-            protocol.connectionLost = lost  # released once, whoever calls it again
+            # Released once, whoever calls it again. The class's method comes back by deleting this one: stored
+            # on the instance, a bound method would hold its protocol in a cycle only the collector frees.
+            if own:
+                protocol.connectionLost = lost
+            else:
+                del protocol.connectionLost
             self.peers.release(host)
             lost(reason)
 

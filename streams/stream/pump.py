@@ -266,6 +266,7 @@ class Pump:
 
     async def close(self) -> None:
         self.stop()
+        self.keepalive = None  # it holds `_idle`, a method of this pump: freed without the collector
         self.hub.detach(self.state, self)
         await self.reader.close_history()
 

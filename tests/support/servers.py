@@ -92,11 +92,15 @@ def url_of_test_database() -> str:
 
 
 def start_daphne(
-    env_overrides: dict[str, str], port: int | None = None, *, log_name: str = "test-daphne-extra"
+    env_overrides: dict[str, str],
+    port: int | None = None,
+    *,
+    log_name: str = "test-daphne-extra",
+    module: str = "streams.server",
 ) -> DaphneServer:
     """Start daphne on the test database and the test services (`env_overrides` win); wait until healthy.
 
-    Its output goes to var/<log_name>.log, rewritten at each start.
+    Its output goes to var/<log_name>.log, rewritten at each start. `module` is what runs (`python -m`).
     """
     port = port or free_port()
     env = {
@@ -113,7 +117,7 @@ def start_daphne(
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [
-                sys.executable, "-m", "streams.server", "-v", "1",
+                sys.executable, "-m", module, "-v", "1",
                 "-e", f"tcp:port={port}:interface={HOST}:backlog=4096",
                 "config.asgi:application",
             ],

@@ -1,0 +1,47 @@
+"""The server (`python -m streams.server`) with a probe of its cyclic garbage, for tests.
+
+    GC_PROBE_OUT=/tmp/garbage.json python -m tests.support.gc_probe <daphne's arguments>
+
+On SIGUSR1 it runs a full collection that keeps what it finds (`gc.DEBUG_SAVEALL`) and writes, to
+`GC_PROBE_OUT`, how many objects it found and how many of each type, then frees them. Objects that only the
+collector frees are those in reference cycles: a stream that leaves some behind each time it ends makes every
+full collection longer and the process's memory wait for it.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import json
+import os
+import runpy
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+OUT = Path(os.environ.get("GC_PROBE_OUT", "gc-probe.json"))
+
+
+def type_name(found: object) -> str:
+    kind = type(found)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def probe(_signum: int, _frame: FrameType | None) -> None:
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        collected = gc.collect()
+        types = collections.Counter(type_name(found) for found in gc.garbage)
+    finally:
+        gc.garbage.clear()
+        gc.set_debug(0)
+    partial = OUT.with_name("." + OUT.name)
+    partial.write_text(json.dumps({"collected": collected, "types": dict(types)}))
+    partial.rename(OUT)  # whole or absent, for the test that waits for it
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGUSR1, probe)
+    sys.argv[0] = "streams.server"
+    runpy.run_module("streams.server", run_name="__main__", alter_sys=True)
