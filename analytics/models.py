@@ -20,6 +20,9 @@ class RouteMinute(models.Model):
     events = models.BigIntegerField(default=0, help_text="Events written, one per client that got it.")
     bytes = models.BigIntegerField(default=0)
     writes = models.BigIntegerField(default=0)
+    catchup_events = models.BigIntegerField(
+        default=0, help_text="Of the events, those written while their stream was catching up (not live)."
+    )
     streams_opened = models.IntegerField(default=0)
     streams_closed = models.IntegerField(default=0)
     fresh_starts = models.IntegerField(default=0)
@@ -41,14 +44,22 @@ class RouteMinute(models.Model):
         return f"{self.route} {self.topic} {self.minute:%Y-%m-%d %H:%M}"
 
 
-class LatencyBucket(models.Model):
-    """Events of a route, topic and minute whose latency fell in one histogram bucket."""
+class HistogramBucket(models.Model):
+    """Events of a route, topic and minute that fell in one bucket of a histogram (the delivery log's buckets,
+    streams/telemetry/delivery_schema.py)."""
 
     route = models.CharField(max_length=100)
     topic = models.CharField(max_length=249)
     minute = models.DateTimeField()
     bucket = models.SmallIntegerField()
     count = models.BigIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class LatencyBucket(HistogramBucket):
+    """Live events of a route, topic and minute whose latency (Kafka timestamp to write) fell in one bucket."""
 
     class Meta:
         constraints: ClassVar[list[models.BaseConstraint]] = [
@@ -58,6 +69,19 @@ class LatencyBucket(models.Model):
 
     def __str__(self) -> str:
         return f"{self.route} {self.minute:%H:%M} bucket {self.bucket}"
+
+
+class CatchupAgeBucket(HistogramBucket):
+    """Catch-up events of a route, topic and minute whose age at their write fell in one bucket."""
+
+    class Meta:
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            models.UniqueConstraint(fields=["route", "topic", "minute", "bucket"], name="catchup_age_bucket_key")
+        ]
+        indexes: ClassVar[list[models.Index]] = [models.Index(fields=["minute"])]
+
+    def __str__(self) -> str:
+        return f"{self.route} {self.minute:%H:%M} catch-up bucket {self.bucket}"
 
 
 class RefusalMinute(models.Model):

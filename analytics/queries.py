@@ -1,6 +1,10 @@
 """What the dashboards and the analytics API show, read from the rollup tables only (so they work while Spark is
 down). A range is [start, end) in whole minutes; a series has one point per minute or hour, zeros included.
 
+Latency percentiles (`p50_ms`, ...) are of live events only, written while their stream stood at the live end;
+catch-up events (history, resumes, shared catch-up reads) have their count (`catchup_events`, also in `events`)
+and their age's percentiles (`catchup_age_p50_ms`, ...) apart (docs/analytics.md).
+
 Streams open: a stream counts in every minute from the one it opened in to the one it closed in, so the number
 open during a minute is every opening up to and including it minus every closing before it (a running sum over
 the whole history, started from what the rows before the range add up to).
@@ -16,12 +20,21 @@ from typing import Any
 
 from django.db.models import Max, QuerySet, Sum
 
-from analytics.models import IdentityMinute, LatencyBucket, RefusalMinute, RollupRun, RouteMinute
-from analytics.percentiles import percentiles
+from analytics.models import (
+    CatchupAgeBucket,
+    HistogramBucket,
+    IdentityMinute,
+    LatencyBucket,
+    RefusalMinute,
+    RollupRun,
+    RouteMinute,
+)
+from analytics.percentiles import QUANTILES, percentiles
 
 STEPS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1)}
 COUNTS = (
     "events",
+    "catchup_events",
     "bytes",
     "streams_opened",
     "streams_closed",
@@ -32,6 +45,15 @@ COUNTS = (
     "slow_closes",
     "token_expiries",
 )
+# Each histogram's percentiles, named by its prefix: `p95_ms` (live latency), `catchup_age_p95_ms` (catch-up age).
+PERCENTILES: dict[type[HistogramBucket], str] = {LatencyBucket: "", CatchupAgeBucket: "catchup_age_"}
+
+
+def _named(prefix: str, found: dict[float, float | None]) -> dict[str, float | None]:
+    return {f"{prefix}p{int(quantile * 100)}_ms": value for quantile, value in found.items()}
+
+
+PERCENTILE_NAMES = tuple(name for prefix in PERCENTILES.values() for name in _named(prefix, dict.fromkeys(QUANTILES)))
 
 
 @dataclass(frozen=True)
@@ -82,12 +104,12 @@ def series(window: Range, route: str | None = None) -> list[dict[str, Any]]:
         point = points.get(_floor(row["minute"], window.step))
         if point is not None:
             point["refusals"] += row["count"]
-    histograms: dict[datetime, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    for row in _minutes(LatencyBucket, window, route).values("minute", "bucket", "count"):
-        histograms[_floor(row["minute"], window.step)][row["bucket"]] += row["count"]
-    for time, point in points.items():
-        found = percentiles(histograms.get(time, {}))
-        point.update(p50_ms=found[0.5], p95_ms=found[0.95], p99_ms=found[0.99])
+    for model, prefix in PERCENTILES.items():
+        histograms: dict[datetime, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        for row in _minutes(model, window, route).values("minute", "bucket", "count"):
+            histograms[_floor(row["minute"], window.step)][row["bucket"]] += row["count"]
+        for time, point in points.items():
+            point.update(_named(prefix, percentiles(histograms.get(time, {}))))
     return list(points.values())
 
 
@@ -111,13 +133,14 @@ def _streams_open(
 
 
 def totals(window: Range, route: str | None = None) -> dict[str, Any]:
-    """The range's sums, its latency percentiles and its refusals by reason."""
+    """The range's sums, its live latency and catch-up age percentiles, and its refusals by reason."""
     sums = _minutes(RouteMinute, window, route).aggregate(**{name: Sum(name) for name in COUNTS})
     found: dict[str, Any] = {name: sums[name] or 0 for name in COUNTS}
-    histogram: dict[int, int] = defaultdict(int)
-    for row in _minutes(LatencyBucket, window, route).values("bucket").annotate(n=Sum("count")):
-        histogram[row["bucket"]] += row["n"]
-    found.update({f"p{int(q * 100)}_ms": value for q, value in percentiles(histogram).items()})
+    for model, prefix in PERCENTILES.items():
+        histogram: dict[int, int] = defaultdict(int)
+        for row in _minutes(model, window, route).values("bucket").annotate(n=Sum("count")):
+            histogram[row["bucket"]] += row["n"]
+        found.update(_named(prefix, percentiles(histogram)))
     reasons = _minutes(RefusalMinute, window, route).values("status", "reason").annotate(n=Sum("count")).order_by("-n")
     found["refusals_by_reason"] = [{"status": r["status"], "reason": r["reason"], "count": r["n"]} for r in reasons]
     found["refusals"] = sum(item["count"] for item in found["refusals_by_reason"])
@@ -168,7 +191,7 @@ def freshness() -> dict[str, Any]:
 
 
 def csv_rows(points: Iterable[dict[str, Any]]) -> Iterable[list[Any]]:
-    columns = ["time", *COUNTS, "refusals", "streams_open", "p50_ms", "p95_ms", "p99_ms"]
+    columns = ["time", *COUNTS, "refusals", "streams_open", *PERCENTILE_NAMES]
     yield columns
     for point in points:
         yield [point["time"].isoformat() if column == "time" else point[column] for column in columns]

@@ -24,7 +24,15 @@ from django.utils import timezone
 
 from analytics.jobs.rollup import SESSION_COUNTS, TRAFFIC, Rollup, rollup
 from analytics.jobs.spark import spark_session
-from analytics.models import IdentityMinute, LatencyBucket, RefusalMinute, RolledUpFile, RollupRun, RouteMinute
+from analytics.models import (
+    CatchupAgeBucket,
+    IdentityMinute,
+    LatencyBucket,
+    RefusalMinute,
+    RolledUpFile,
+    RollupRun,
+    RouteMinute,
+)
 from streams.telemetry.delivery_schema import TABLES
 
 log = logging.getLogger(__name__)
@@ -115,12 +123,13 @@ def write(result: Rollup) -> None:
             for (route, topic, minute), sums in result.minutes.items()
         ],
     )
-    _add(
-        LatencyBucket,
-        ("route", "topic", "minute", "bucket"),
-        ("count",),
-        [(route, topic, _at(minute), index, n) for (route, topic, minute, index), n in result.latency.items()],
-    )
+    for model, histogram in ((LatencyBucket, result.latency), (CatchupAgeBucket, result.catchup_age)):
+        _add(
+            model,
+            ("route", "topic", "minute", "bucket"),
+            ("count",),
+            [(route, topic, _at(minute), index, n) for (route, topic, minute, index), n in histogram.items()],
+        )
     _add(
         RefusalMinute,
         ("route", "minute", "status", "reason"),

@@ -1,10 +1,11 @@
 """The rollup: delivery-log files in, additive per-minute aggregates out.
 
 Every number it produces is a sum (events, bytes, streams opened and closed, starts by kind, ends by reason,
-refusals, latency histogram buckets), so aggregates of different files add up: a file that arrives late for a
-minute already rolled up is simply added to it, and the caller records which files it has added, in the same
-transaction as the sums, so no file is ever added twice. Percentiles come later, from the summed histograms
-(`analytics.percentiles`); concurrency comes from the streams opened and closed per minute (a running sum).
+refusals, the live latency and catch-up age histograms' buckets), so aggregates of different files add up: a file
+that arrives late for a minute already rolled up is simply added to it, and the caller records which files it has
+added, in the same transaction as the sums, so no file is ever added twice. Percentiles come later, from the summed
+histograms (`analytics.percentiles`); concurrency comes from the streams opened and closed per minute (a running
+sum).
 
 Input: the files of each table (streams/telemetry/delivery_schema.py). Output: plain rows, small enough to collect: one
 per route, topic and minute (and per bucket, reason, identity). Minutes are epoch seconds, multiples of 60.
@@ -22,7 +23,10 @@ from pyspark.sql import functions as F
 from streams.telemetry.delivery_schema import DELIVERIES, REFUSALS, SESSIONS, End, Event, Start
 
 # Per route, topic and minute: the sums a RouteMinute row holds, from each table.
-TRAFFIC = ("events", "bytes", "writes")
+TRAFFIC = ("events", "bytes", "writes", "catchup_events")
+# Per route, topic, minute and bucket: the histograms of the deliveries table (live latency, catch-up age), each
+# summed from its column into the `Rollup` field of the same name.
+HISTOGRAMS = ("latency", "catchup_age")
 SESSION_COUNTS = (
     "streams_opened",
     "streams_closed",
@@ -43,6 +47,7 @@ class Rollup:
 
     minutes: dict[tuple[str, str, int], dict[str, int]] = field(default_factory=dict)  # (route, topic, minute)
     latency: dict[tuple[str, str, int, int], int] = field(default_factory=dict)  # (route, topic, minute, bucket)
+    catchup_age: dict[tuple[str, str, int, int], int] = field(default_factory=dict)  # keyed as `latency`
     refusals: dict[tuple[str, int, int, str], int] = field(default_factory=dict)  # (route, minute, status, reason)
     identities: dict[tuple[str, int, str], tuple[int, int]] = field(default_factory=dict)  # -> (events, sessions)
     rows_in: int = 0
@@ -52,7 +57,7 @@ class Rollup:
 
     @property
     def rows_out(self) -> int:
-        return len(self.minutes) + len(self.latency) + len(self.refusals) + len(self.identities)
+        return len(self.minutes) + len(self.latency) + len(self.catchup_age) + len(self.refusals) + len(self.identities)
 
 
 def rollup(spark: SparkSession, files: Mapping[str, Sequence[str]]) -> Rollup:
@@ -95,18 +100,30 @@ def _add_minutes(result: Rollup, sums: DataFrame, names: Sequence[str]) -> None:
 
 
 def _deliveries(frame: DataFrame, result: Rollup) -> None:
-    frame = frame.withColumn("minute", _minute("second"))
+    frame = _with_catchup(frame).withColumn("minute", _minute("second"))
     keys = ("route", "topic", "minute")
     sums = frame.groupBy(*keys).agg(F.count(F.lit(1)).alias("rows"), *(F.sum(name).alias(name) for name in TRAFFIC))
     _add_minutes(result, sums, TRAFFIC)
-    buckets = (
-        frame.select(*keys, F.explode("latency").alias("bucket", "count"))
-        .groupBy(*keys, "bucket")
-        .agg(F.sum("count").alias("count"))
-    )
-    for row in _rows(buckets):
-        key = (row["route"], row["topic"], row["minute"], row["bucket"])
-        result.latency[key] = result.latency.get(key, 0) + row["count"]
+    for column in HISTOGRAMS:
+        histogram: dict[tuple[str, str, int, int], int] = getattr(result, column)
+        buckets = (
+            frame.select(*keys, F.explode(column).alias("bucket", "count"))
+            .groupBy(*keys, "bucket")
+            .agg(F.sum("count").alias("count"))
+        )
+        for row in _rows(buckets):
+            key = (row["route"], row["topic"], row["minute"], row["bucket"])
+            histogram[key] = histogram.get(key, 0) + row["count"]
+
+
+def _with_catchup(frame: DataFrame) -> DataFrame:
+    """Rows written before the catch-up columns existed have none: they told no catch-up apart (every event of
+    theirs is in `latency`), so they count none."""
+    if "catchup_events" not in frame.columns:
+        frame = frame.withColumn("catchup_events", F.lit(0).cast("long"))
+    if "catchup_age" not in frame.columns:
+        frame = frame.withColumn("catchup_age", F.create_map().cast("map<smallint,bigint>"))
+    return frame
 
 
 def _count(condition: Any) -> Any:

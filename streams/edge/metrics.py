@@ -7,10 +7,10 @@ variable (a lone daphne, the tests' in-process endpoint) the values live in this
 
 Two kinds of update, so the data plane stays fast:
 - what happens once per stream or request (a stream opens or closes, a refusal) goes to prometheus at once;
-- what happens once per write (events, bytes, latency) is added up in dictionaries on the event loop and handed
-  to prometheus by `sync()` every second, with the process's gauges (cache, Kafka lag) and the counters other
-  parts already keep (renewals, route reloads, delivery-log drops). A scrape syncs its own process first;
-  another worker's figures are at most a second old.
+- what happens once per write (events, bytes, live latency, catch-up age) is added up in dictionaries on the
+  event loop and handed to prometheus by `sync()` every second, with the process's gauges (cache, Kafka lag)
+  and the counters other parts already keep (renewals, route reloads, delivery-log drops). A scrape syncs its
+  own process first; another worker's figures are at most a second old.
 """
 
 from __future__ import annotations
@@ -46,9 +46,12 @@ log = logging.getLogger(__name__)
 
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 SYNC_INTERVAL_S = 1.0
-# Delivery latency (Kafka record timestamp to the write), in seconds: 1 ms to 1 min.
+# Live delivery latency (Kafka record timestamp to the write, for a stream at the live end), in seconds: 1 ms to
+# 1 min. A catch-up event's age at its write spans much more (a replay from a topic's start): 10 ms to a week.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+CATCHUP_AGE_BUCKETS = (0.01, 0.1, 1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0, 604800.0)
 _BOUNDS_MS = tuple(bound * 1000 for bound in LATENCY_BUCKETS)
+_CATCHUP_BOUNDS_MS = tuple(bound * 1000 for bound in CATCHUP_AGE_BUCKETS)
 
 STREAMS_OPEN = Gauge("sse_streams_open", "Streams open now, by route.", ["route"], multiprocess_mode="livesum")
 STREAMS_OPENED = Counter("sse_streams_opened", "Streams opened, by route and how they started.", ["route", "start"])
@@ -57,9 +60,17 @@ EVENTS = Counter("sse_events_delivered", "Events written to clients, by route.",
 BYTES = Counter("sse_delivered_bytes", "Event bytes written to clients, by route.", ["route"])
 LATENCY = Histogram(
     "sse_delivery_latency_seconds",
-    "From a record's Kafka timestamp to its write to a client, per event, by route.",
+    "Live events only: from a record's Kafka timestamp to its write to a client whose stream stood at the live "
+    "end, per event, by route. Catch-up events are in sse_catchup_age_seconds.",
     ["route"],
     buckets=LATENCY_BUCKETS,
+)
+CATCHUP_AGE = Histogram(
+    "sse_catchup_age_seconds",
+    "Catch-up events only (history, resumes, shared catch-up reads: written before their stream reached the live "
+    "end): a record's age at its write to a client, per event, by route; its _count counts them.",
+    ["route"],
+    buckets=CATCHUP_AGE_BUCKETS,
 )
 REFUSALS = Counter(
     "sse_refusals", "Stream requests refused, by route, status and reason.", ["route", "status", "reason"]
@@ -100,7 +111,8 @@ class Metrics:
     """This process's side of the metrics: the per-write tallies, and what `sync()` hands to prometheus."""
 
     def __init__(self) -> None:
-        # route -> [events, bytes, latency sum in s, events per latency bucket (the last: over the top bound)]
+        # route -> [events, bytes, live latency sum in s, live events per latency bucket (the last: over the top
+        # bound), catch-up age sum in s, catch-up events per age bucket]
         self.tallies: dict[str, list[Any]] = {}
         self.sources: list[tuple[Counter, Callable[[], int]]] = []  # counters another part keeps as an int
         self._seen: dict[Counter, int] = {}
@@ -133,35 +145,42 @@ class Metrics:
     def enabled(self) -> bool:
         return True
 
-    def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1) -> None:
-        """A write of `batch` to `clients` clients (a fan-out group writes the same bytes to each)."""
+    def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1, *, live: bool) -> None:
+        """A write of `batch` to `clients` clients (a fan-out group writes the same bytes to each): to the live
+        latency histogram when `live`, else to the catch-up age one."""
         if not batch:
             return
         tally = self.tallies.get(route)
         if tally is None:
-            tally = self.tallies[route] = [0, 0, 0.0, [0] * (len(_BOUNDS_MS) + 1)]
+            live_buckets, catchup_buckets = [0] * (len(_BOUNDS_MS) + 1), [0] * (len(_CATCHUP_BOUNDS_MS) + 1)
+            tally = self.tallies[route] = [0, 0, 0.0, live_buckets, 0.0, catchup_buckets]
         now_ms = time.time() * 1000
-        buckets = tally[3]
+        # Chosen once per write: an event costs what it did before the two were told apart.
+        which, bounds = (2, _BOUNDS_MS) if live else (4, _CATCHUP_BOUNDS_MS)
+        buckets = tally[which + 1]
         size_sum = 0
         latency_ms = 0.0
         for record, size in batch:
             size_sum += size
             late = max(now_ms - record.timestamp_ms, 0.0)
             latency_ms += late
-            buckets[bisect_left(_BOUNDS_MS, late)] += clients
+            buckets[bisect_left(bounds, late)] += clients
         tally[0] += len(batch) * clients
         tally[1] += size_sum * clients
-        tally[2] += latency_ms * clients / 1000
+        tally[which] += latency_ms * clients / 1000
 
     # --- to prometheus ---------------------------------------------------------------------------------
 
     def sync(self) -> None:
         """Hand the tallies and the process's gauges to prometheus."""
         tallies, self.tallies = self.tallies, {}
-        for route, (events, size, latency_s, buckets) in tallies.items():
+        for route, (events, size, latency_s, buckets, catchup_s, catchup) in tallies.items():
             EVENTS.labels(route).inc(events)
             BYTES.labels(route).inc(size)
-            observe_many(LATENCY.labels(route), latency_s, buckets)
+            if any(buckets):
+                observe_many(LATENCY.labels(route), latency_s, buckets)
+            if any(catchup):
+                observe_many(CATCHUP_AGE.labels(route), catchup_s, catchup)
         for counter, read in self.sources:
             value = read()
             delta = value - self._seen.get(counter, 0)

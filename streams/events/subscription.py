@@ -89,8 +89,15 @@ class Subscription:
         progress and the records, so subscriptions equal in those write the same bytes."""
         return not self._held and self._caught_up_sent
 
+    @property
+    def reached_ends(self) -> bool:
+        """Every partition was read up to its end as of subscribe time (where `caught-up` is due): from here on,
+        what the stream reads was produced after it began."""
+        return len(self._reached) >= len(self._ends)
+
     def adopt(self, leader: Subscription, delivered: int) -> None:
-        """Take the state of a settled subscription that just fed what this one would have been fed."""
+        """Take the state of a settled subscription that just fed what this one would have been fed. (Only a
+        stream at the live end adopts, streams/stream/pump.py: it has reached its ends already.)"""
         self.progress = dict(leader.progress)
         self._parts = dict(leader._parts)
         self._text = leader._text
@@ -106,6 +113,8 @@ class Subscription:
         self._parts = dict(position.parts)
         self._text = position.text
         self.delivered += delivered
+        if len(self._reached) < len(self._ends):  # what it took may reach its ends, as if fed
+            self._reached.update(p for p, end in self._ends.items() if self.progress.get(p, -1) >= end)
 
     def grow(self, partitions: Iterable[int]) -> None:
         """Partitions added to the topic after this subscription began: listed in the ids from now on as nothing

@@ -54,7 +54,8 @@ class SharedReads:
         self.bytes = 0
         self.hits = 0
         self._reads: OrderedDict[Hashable, Read] = OrderedDict()  # oldest first
-        self._taken: dict[int, tuple[Read, int]] = {}  # reads taken during this turn of the loop, and how often
+        # reads taken during this turn of the loop, by streams at the live end or catching up, and how often
+        self._taken: dict[tuple[int, bool], tuple[Read, int]] = {}
 
     def __len__(self) -> int:
         return len(self._reads)
@@ -76,19 +77,21 @@ class SharedReads:
             self._drop(next(iter(self._reads)))
         self.expire(read.at)
 
-    def taken(self, read: Read) -> None:
+    def taken(self, read: Read, *, live: bool) -> None:
         """Another stream wrote `read`: counted in its log with the others that take it during this turn of the
-        loop, as one write to that many clients (the per-event work of counting is done once, not per client)."""
-        entry = self._taken.get(id(read))
+        loop, as one write to that many clients (the per-event work of counting is done once, not per client);
+        `live`: that stream stood at the live end, else it was catching up."""
+        key = (id(read), live)
+        entry = self._taken.get(key)
         if entry is None and not self._taken:
             asyncio.get_running_loop().call_soon(self._count)
-        self._taken[id(read)] = (read, 1 if entry is None else entry[1] + 1)
+        self._taken[key] = (read, 1 if entry is None else entry[1] + 1)
 
     def _count(self) -> None:
         taken, self._taken = self._taken, {}
-        for read, clients in taken.values():
+        for (_, live), (read, clients) in taken.items():
             if read.log is not None:
-                read.log.delivered(read.label, read.topic, read.batch, clients)
+                read.log.delivered(read.label, read.topic, read.batch, clients, live=live)
 
     def expire(self, now: float) -> None:
         """Let go of the reads older than `keep_s`."""

@@ -31,17 +31,38 @@ log = logging.getLogger(__name__)
 class Phase(enum.Enum):
     """Where a pump stands. Transitions:
 
-        WORKING --nothing more to read or write--> PARKED
-        PARKED --woken: records arrived, an event was injected, a keep-alive is due--> WORKING
-        WORKING or PARKED --stop(): the route changed, the token expired; or the stream closed--> STOPPED
+        WORKING --nothing more to read or write, at the live end (`Standing.LIVE`)--> PARKED
+        WORKING --nothing more to read or write, still catching up--> WAITING
+        PARKED or WAITING --woken: records arrived, an event was injected, a keep-alive is due--> WORKING
+        any --stop(): the route changed, the token expired; or the stream closed--> STOPPED
 
-    Only a PARKED pump is written to by the hub directly (`notify`, `adopt`); a WORKING one is only woken, and
-    a STOPPED one writes nothing more, from anywhere.
+    Only a PARKED pump is written to by the hub directly (`notify`, `adopt`); a WORKING or WAITING one is only
+    woken (a WAITING one's task then reads and counts what arrived as catch-up, until it parks at the live end),
+    and a STOPPED one writes nothing more, from anywhere.
     """
 
     WORKING = "working"
     PARKED = "parked"
+    WAITING = "waiting"
     STOPPED = "stopped"
+
+
+class Standing(enum.Enum):
+    """Whether a stream stands at the live end, which decides how its writes are counted: a live stream's events
+    in the latency histograms (delivery log, `/metrics`), a catching-up stream's in the catch-up count and age
+    histogram (docs/data-plane.md, "Live and catch-up"). Transitions:
+
+        CATCHING_UP --it has nothing more to read, and has read every partition up to Kafka's end as it was
+                      when the stream opened (`Subscription.reached_ends`)--> LIVE
+        LIVE --it must read from Kafka what its cache window no longer holds (eviction overtook it)--> CATCHING_UP
+
+    Every stream starts CATCHING_UP; one that starts at the live end is LIVE at its first look, which finds
+    nothing to read. Only a LIVE stream parks where the fan-out writes to it directly, so every direct write is
+    live, and telling the two apart costs the fan-out nothing per client.
+    """
+
+    CATCHING_UP = "catching_up"
+    LIVE = "live"
 
 
 class Output:
@@ -75,7 +96,8 @@ class Intake:
     """What a pump's writes carry, chosen apart from the writing: the stream's own events first (a challenge),
     then the history older than the cache window, then the window, read shared with the streams of the topic in
     the same position; a keep-alive comment when there is nothing else. A conflating client that fell behind
-    skips the history and reads the window conflated. Counts what was replayed and logs what was delivered."""
+    skips the history and reads the window conflated. Counts what was replayed and logs what was delivered, as
+    live or catch-up as the stream's `Standing` says."""
 
     def __init__(
         self, reader: StreamReader, label: str, log: DeliverySink | None, loop: asyncio.AbstractEventLoop
@@ -85,6 +107,7 @@ class Intake:
         self.injected = b""  # the stream's own events, to go first
         self.keepalive_due = False  # the keep-alive timer asks for one with the next write
         self.replayed = 0  # events read from before the cache window
+        self.standing = Standing.CATCHING_UP
         self.shared_delivered = 0  # what the last direct write delivered, shared with the group
         self.shared_pending = False  # the window held more after it
 
@@ -93,7 +116,9 @@ class Intake:
         # A conflating client that fell behind skips the history, to the window.
         before = self.subscription.delivered
         history = b"" if self.behind else await self.reader.read_history()
-        self.replayed += self.subscription.delivered - before
+        if history_events := self.subscription.delivered - before:
+            self.replayed += history_events
+            self.standing = Standing.CATCHING_UP  # what the window no longer holds: a replay, live or not before
         data = history + self._read_shared()
         if self.injected:
             data, self.injected = self.injected + data, b""
@@ -122,7 +147,14 @@ class Intake:
     def account(self, clients: int) -> None:
         """Log the events of the last write, which went to `clients` clients (a fan-out group writes once)."""
         if self.log is not None:
-            self.log.delivered(self.label, self.reader.topic, self.subscription.take_batch(), clients)
+            live = self.standing is Standing.LIVE
+            self.log.delivered(self.label, self.reader.topic, self.subscription.take_batch(), clients, live=live)
+
+    def at_live_end(self) -> bool:
+        """The pump has nothing more to read: whether the stream now stands at the live end (`Standing`)."""
+        if self.standing is Standing.CATCHING_UP and self.subscription.reached_ends:
+            self.standing = Standing.LIVE
+        return self.standing is Standing.LIVE
 
     def _read_cache(self) -> bytes:
         conflate, self.behind = self.behind, False
@@ -132,7 +164,8 @@ class Intake:
         """Shared with the streams of the topic in the same position (a storm of resumes)."""
         if self.behind:
             return self._read_cache()
-        return self.reader.read_shared(self.reader.state.reads, self.label, self.loop.time(), self.log)
+        live = self.standing is Standing.LIVE
+        return self.reader.read_shared(self.reader.state.reads, self.label, self.loop.time(), self.log, live=live)
 
 
 class DirectWrites:
@@ -242,6 +275,11 @@ class Pump:
         """Events read from before the cache window."""
         return self.intake.replayed
 
+    @property
+    def standing(self) -> Standing:
+        """Live or catching up: how its writes are counted."""
+        return self.intake.standing
+
     def inject(self, data: bytes) -> None:
         """Send `data` (an event of the stream's own, such as a challenge) with the next write."""
         self.intake.injected += data
@@ -303,20 +341,20 @@ class Pump:
         if self.phase is Phase.STOPPED:
             await self.waiter.wait()  # ended from outside: the stream's task is about to cancel this one
             return
-        self.phase = Phase.PARKED
+        self.phase = Phase.PARKED if self.intake.at_live_end() else Phase.WAITING
         try:
             await self.waiter.wait()
         finally:
-            if self.phase is Phase.PARKED:
+            if self.phase is not Phase.STOPPED:
                 self.phase = Phase.WORKING
 
     def _idle(self) -> None:
-        """Nothing was written for the keep-alive's interval. A parked pump's open connection gets the comment at
-        once; a busy pump is asked to send it with its next write."""
+        """Nothing was written for the keep-alive's interval. A parked or waiting pump's open connection gets the
+        comment at once; a busy pump is asked to send it with its next write."""
         if self.phase is Phase.STOPPED:
             return
         flow = self.out.flow
-        if self.phase is Phase.PARKED and flow is not None and not flow.paused:
+        if self.phase in (Phase.PARKED, Phase.WAITING) and flow is not None and not flow.paused:
             self.out.write_now(sse.KEEPALIVE)
         else:
             self.intake.keepalive_due = True

@@ -93,10 +93,10 @@ class StreamReader:
             return None
         return (self.subscription.options, tuple(self.cursors.items()), tuple(self.subscription.progress.items()))
 
-    def read_shared(self, reads: SharedReads, label: str, now: float, log: DeliverySink | None) -> bytes:
+    def read_shared(self, reads: SharedReads, label: str, now: float, log: DeliverySink | None, *, live: bool) -> bytes:
         """`read_cache`, taken from a stream of the topic that read from the same position a moment ago, if one
-        did; else read, and kept for those that come next. What is taken is counted in `log` here; what is read,
-        by the caller, as any read."""
+        did; else read, and kept for those that come next. What is taken is counted in `log` here (as live or
+        catch-up, as `live` says this stream stands); what is read, by the caller, as any read."""
         position = self.shared_key()
         if position is None:
             return self.read_cache()
@@ -106,9 +106,9 @@ class StreamReader:
             self.cursors = dict(read.cursors)
             self.subscription.take(read.position, read.delivered)
             if log is not None and read.log is log:
-                reads.taken(read)
+                reads.taken(read, live=live)
             elif log is not None:
-                log.delivered(label, self.topic, read.batch, 1)
+                log.delivered(label, self.topic, read.batch, 1, live=live)
             return read.data
         subscription = self.subscription
         before, logged = subscription.delivered, subscription.batch_length()

@@ -2,7 +2,8 @@
 
 Three tables (format: streams/telemetry/delivery_schema.py, docs/delivery-log.md):
 - in the *sessions* table, a row when a stream opens and another when it closes, with its totals (`StreamRow`);
-- per route, topic, partition and second, a *delivery* row: events, bytes, writes and the latency histogram;
+- per route, topic, partition and second, a *delivery* row: events, bytes, writes, the latency histogram of the
+  live events, and the count and age histogram of the catch-up events (docs/delivery-log.md says which is which);
 - per route, status, reason and second, a *refusal* row.
 
 The event loop only adds to in-memory tallies, under a lock it holds for microseconds: a fan-out group's write
@@ -57,7 +58,9 @@ class DeliverySink(Protocol):
     @property
     def enabled(self) -> bool: ...
 
-    def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1) -> None: ...
+    def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1, *, live: bool) -> None:
+        """A write of `batch` to `clients` clients at once (a fan-out group writes the same bytes to each);
+        `live`: the stream stood at the live end (streams/stream/pump.py, `Standing`), else it was catching up."""
 
 
 class DeliverySinks:
@@ -70,9 +73,9 @@ class DeliverySinks:
     def enabled(self) -> bool:
         return bool(self.sinks)
 
-    def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1) -> None:
+    def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1, *, live: bool) -> None:
         for sink in self.sinks:
-            sink.delivered(route, topic, batch, clients)
+            sink.delivered(route, topic, batch, clients, live=live)
 
 
 _BROWSERS = (  # checked in order: Edge and Opera say Chrome too, Chrome says Safari
@@ -126,7 +129,8 @@ class DeliveryLog:
         self.salt, self.flush_s, self.max_rows = salt, flush_s, max_rows
         self.lock = threading.Lock()
         self.sessions: list[dict[str, Any]] = []
-        # (second, route, topic, partition) -> [events, bytes, writes, {bucket: events}]
+        # (second, route, topic, partition) -> [events, bytes, writes, {bucket: live events}, {bucket: catch-up
+        # events}]; the catch-up count is the second histogram's sum, taken at the flush.
         self.deliveries: dict[tuple[int, str, str, int], list[Any]] = {}
         self.refusals: dict[tuple[int, str, int, str], int] = defaultdict(int)
         self.dropped = 0
@@ -149,12 +153,14 @@ class DeliveryLog:
     def closed(self, stream: StreamRow, end: End) -> None:
         self._session_row(stream, Event.CLOSED, end, time.time())
 
-    def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1) -> None:
-        """A write of `batch` to `clients` clients at once (a fan-out group writes the same bytes to each)."""
+    def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1, *, live: bool) -> None:
+        """A write of `batch` to `clients` clients at once (a fan-out group writes the same bytes to each): its
+        events' latencies go to the live histogram when `live`, else their ages to the catch-up one."""
         if not batch or self.directory is None:
             return
         now_ms = int(time.time() * 1000)
         second = now_ms // 1000
+        which = 3 if live else 4  # the tally's histogram: chosen once per write, so no event costs more
         written: set[int] = set()
         with self.lock:
             deliveries = self.deliveries
@@ -165,10 +171,10 @@ class DeliveryLog:
                     if self._full():
                         self.dropped += 1
                         continue
-                    tally = deliveries[key] = [0, 0, 0, {}]
+                    tally = deliveries[key] = [0, 0, 0, {}, {}]
                 tally[0] += clients
                 tally[1] += size * clients
-                histogram = tally[3]
+                histogram = tally[which]
                 index = bucket(now_ms - record.timestamp_ms)
                 histogram[index] = histogram.get(index, 0) + clients
                 if record.partition not in written:
@@ -239,9 +245,11 @@ class DeliveryLog:
                     "events": events,
                     "bytes": size,
                     "writes": writes,
-                    "latency": sorted(histogram.items()),
+                    "latency": sorted(live.items()),
+                    "catchup_events": sum(catchup.values()),
+                    "catchup_age": sorted(catchup.items()),
                 }
-                for (second, route, topic, partition), (events, size, writes, histogram) in deliveries.items()
+                for (second, route, topic, partition), (events, size, writes, live, catchup) in deliveries.items()
             ],
             REFUSALS: [
                 {"second": second * 1000, "route": route, "status": status, "reason": reason, "count": n}

@@ -1,4 +1,4 @@
-"""The delivery log's format, version 1: three tables of Parquet files, and the latency histogram's buckets.
+"""The delivery log's format, version 1: three tables of Parquet files, and the latency histograms' buckets.
 
 Written by the web processes (streams/telemetry/delivery_log.py) and read by the rollup job (analytics/jobs/), which
 imports this module and nothing of Django: the format is defined here once. docs/delivery-log.md describes it
@@ -54,9 +54,10 @@ class Event(enum.StrEnum):
     CLOSED = "closed"
 
 
-# Latency buckets, in milliseconds: bucket 0 holds [0, 1), bucket i (1..80) holds [2**((i-1)/4), 2**(i/4)),
-# bucket 81 everything from 2**20 ms (about 17 minutes). Each bucket is 19 % wider than the one before, so a
-# percentile read from a merged histogram is exact to within 19 %. Negative latencies (clocks apart) count as 0.
+# Latency (and catch-up age) buckets, in milliseconds: bucket 0 holds [0, 1), bucket i (1..80) holds
+# [2**((i-1)/4), 2**(i/4)), bucket 81 everything from 2**20 ms (about 17 minutes). Each bucket is 19 % wider than
+# the one before, so a percentile read from a merged histogram is exact to within 19 %. Negative latencies (clocks
+# apart) count as 0.
 BOUNDS: tuple[float, ...] = tuple(2 ** (i / 4) for i in range(81))
 BUCKETS = len(BOUNDS) + 1
 _FAST = [bisect_right(BOUNDS, ms) for ms in range(4096)]
@@ -113,8 +114,13 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("events", pa.int64()),
             ("bytes", pa.int64()),
             ("writes", pa.int64()),
-            # Kafka timestamp -> write, per bucket index (see BOUNDS); only non-empty buckets.
+            # Kafka timestamp -> write, per bucket index (see BOUNDS); only non-empty buckets. Live events only:
+            # those written while their stream stood at the live end (docs/delivery-log.md).
             ("latency", pa.map_(pa.int16(), pa.int64())),
+            # Events written while their stream was catching up (history, a resume, a shared catch-up read),
+            # also counted in `events`; and their age at the write, as `latency` is bucketed.
+            ("catchup_events", pa.int64()),
+            ("catchup_age", pa.map_(pa.int16(), pa.int64())),
         ]
     ),
     REFUSALS: pa.schema(

@@ -4,6 +4,7 @@ late files merge, a failed run leaves nothing, and two runs never overlap."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,15 @@ import pytest
 from django.db import connection
 
 from analytics.jobs.rollup import rollup
-from analytics.models import IdentityMinute, LatencyBucket, RefusalMinute, RolledUpFile, RollupRun, RouteMinute
+from analytics.models import (
+    CatchupAgeBucket,
+    IdentityMinute,
+    LatencyBucket,
+    RefusalMinute,
+    RolledUpFile,
+    RollupRun,
+    RouteMinute,
+)
 from analytics.percentiles import percentiles
 from analytics.rollups import LOCK_KEY, run_rollup
 from streams.telemetry.delivery_schema import BOUNDS, DELIVERIES, REFUSALS, SCHEMAS, SESSIONS, bucket
@@ -36,15 +45,28 @@ def write(directory: Path, table: str, rows: list[dict[str, Any]], name: str) ->
 
 
 def delivery(
-    second: int, partition: int, latencies: list[int], *, route: str = "items", size: int = 100
+    second: int,
+    partition: int,
+    latencies: list[int],
+    *,
+    route: str = "items",
+    size: int = 100,
+    catchup_ages: Sequence[int] = (),
 ) -> dict[str, Any]:
-    histogram: dict[int, int] = {}
-    for latency in latencies:
-        histogram[bucket(latency)] = histogram.get(bucket(latency), 0) + 1
+    """A deliveries row: live events of the given latencies, catch-up events of the given ages (ms)."""
+    events = len(latencies) + len(catchup_ages)
     return {
         "second": second * 1000, "route": route, "topic": "items", "partition": partition,
-        "events": len(latencies), "bytes": size * len(latencies), "writes": 1, "latency": sorted(histogram.items()),
+        "events": events, "bytes": size * events, "writes": 1, "latency": histogram_of(latencies),
+        "catchup_events": len(catchup_ages), "catchup_age": histogram_of(catchup_ages),
     }  # fmt: skip
+
+
+def histogram_of(values: Sequence[int]) -> list[tuple[int, int]]:
+    histogram: dict[int, int] = {}
+    for value in values:
+        histogram[bucket(value)] = histogram.get(bucket(value), 0) + 1
+    return sorted(histogram.items())
 
 
 def session(at: int, event: str, **fields: Any) -> dict[str, Any]:
@@ -64,7 +86,7 @@ def known_logs(directory: Path) -> list[int]:
     write(directory, DELIVERIES, [
         delivery(MINUTE + 1, 0, latencies[:700]),
         delivery(MINUTE + 30, 1, latencies[700:1000]),
-        delivery(MINUTE + 65, 0, [5, 5, 5]),
+        delivery(MINUTE + 65, 0, [5, 5, 5], catchup_ages=[90_000] * 40 + [600_000] * 10),  # a replay
         delivery(MINUTE + 10, 0, [1], route="orders"),
     ], "n1-1-a")  # fmt: skip
     write(directory, DELIVERIES, [delivery(MINUTE + 59, 2, latencies[1000:])], "n2-1-a")
@@ -94,8 +116,15 @@ def test_known_logs_give_known_sums(tmp_path: Path, spark: Any) -> None:
     assert (first["events"], first["bytes"], first["writes"]) == (2000, 200_000, 3)
     assert (first["streams_opened"], first["streams_closed"]) == (3, 1)
     assert (first["fresh_starts"], first["resumes"], first["malformed_ids"]) == (1, 1, 1)
+    assert first["catchup_events"] == 0
     second = result.minutes[("items", "items", MINUTE + 60)]
-    assert (second["events"], second["streams_closed"], second["slow_closes"], second["replayed"]) == (3, 1, 1, 3)
+    assert (second["events"], second["streams_closed"], second["slow_closes"], second["replayed"]) == (53, 1, 1, 3)
+    assert second["catchup_events"] == 50
+    live = {index: n for (_, _, minute, index), n in result.latency.items() if minute == MINUTE + 60}
+    assert live == {bucket(5): 3}  # the replay is not in the live latency...
+    catchup = {index: n for (_, _, minute, index), n in result.catchup_age.items() if minute == MINUTE + 60}
+    assert catchup == {bucket(90_000): 40, bucket(600_000): 10}  # ...but in the catch-up age
+    assert not [key for key in result.catchup_age if key[2] == MINUTE]
     assert result.minutes[("orders", "items", MINUTE)]["events"] == 1
     assert result.refusals == {("items", MINUTE, 401, "unauthorized"): 5, ("", MINUTE, 404, "no_route"): 1}
     assert result.identities == {("items", MINUTE, "alice"): (40, 1)}
@@ -110,6 +139,20 @@ def test_known_logs_give_known_sums(tmp_path: Path, spark: Any) -> None:
         true = ordered[int(quantile * len(ordered)) - 1]
         assert found is not None
         assert BOUNDS[bucket(true) - 1] <= found <= BOUNDS[bucket(true)] * 2**0.25  # within one bucket
+
+
+def test_rows_written_before_the_catch_up_columns_count_as_live(tmp_path: Path, spark: Any) -> None:
+    """Files of a process from before catch-up was told apart have neither column: their events are all in
+    `latency`, and the rollup counts no catch-up for them rather than failing."""
+    old_schema = pa.schema([f for f in SCHEMAS[DELIVERIES] if not f.name.startswith("catchup")])
+    folder = tmp_path / DELIVERIES / "date=2026-11-22" / "hour=10"
+    folder.mkdir(parents=True)
+    row = {k: v for k, v in delivery(MINUTE + 1, 0, [5, 5, 900]).items() if not k.startswith("catchup")}
+    pq.write_table(pa.Table.from_pylist([{**COMMON, **row}], schema=old_schema), folder / "old.parquet")
+    result = rollup(spark, {DELIVERIES: [str(folder / "old.parquet")]})
+    assert (result.minutes[("items", "items", MINUTE)]["events"], result.catchup_age) == (3, {})
+    assert result.minutes[("items", "items", MINUTE)]["catchup_events"] == 0
+    assert sum(result.latency.values()) == 3
 
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -133,6 +176,10 @@ def test_a_second_run_adds_nothing_and_late_files_merge(tmp_path: Path, spark: A
     row.refresh_from_db()
     assert (row.events, row.writes) == (2002, 4)
     assert sum(LatencyBucket.objects.filter(route="items", minute=row.minute).values_list("count", flat=True)) == 2002
+    replay = RouteMinute.objects.get(route="items", minute=datetime.fromtimestamp(MINUTE + 60, tz=UTC))
+    assert (replay.events, replay.catchup_events) == (53, 50)
+    ages = CatchupAgeBucket.objects.filter(route="items", minute=replay.minute)
+    assert {age.bucket: age.count for age in ages} == {bucket(90_000): 40, bucket(600_000): 10}
     assert RefusalMinute.objects.get(route="items").count == 5
     assert IdentityMinute.objects.get().events == 40
     assert RolledUpFile.objects.count() == 5

@@ -14,9 +14,9 @@ from django.test import Client
 from django.utils import timezone
 from playwright.sync_api import Page
 
-from analytics.models import IdentityMinute, LatencyBucket, RefusalMinute, RollupRun, RouteMinute
+from analytics.models import CatchupAgeBucket, IdentityMinute, LatencyBucket, RefusalMinute, RollupRun, RouteMinute
 from analytics.queries import Range, series
-from streams.telemetry.delivery_schema import bucket
+from streams.telemetry.delivery_schema import bucket, bucket_upper_ms
 from tests.browser.test_demo import in_browser
 from tests.conftest import unique
 from tests.support.servers import VAR
@@ -31,13 +31,20 @@ def minute_ago(minutes: int) -> datetime:
 
 
 def known_rollups(route: str) -> None:
-    """Ten minutes of a route: 600 events a minute, two streams opened at 9 minutes ago, one closed at 5."""
+    """Ten minutes of a route: 600 events a minute, two streams opened at 9 minutes ago, one closed at 5. Of the
+    events, 600 were catch-up (a replay 9 minutes ago, about two minutes old)."""
     for ago in range(1, 11):
+        catchup = 600 if ago == 9 else 0
         RouteMinute.objects.create(
             route=route, topic="items", minute=minute_ago(ago), events=600, bytes=60_000, writes=60,
             streams_opened=2 if ago == 9 else 0, streams_closed=1 if ago == 5 else 0,
-            resumes=1 if ago == 9 else 0, fresh_starts=1 if ago == 9 else 0,
+            resumes=1 if ago == 9 else 0, fresh_starts=1 if ago == 9 else 0, catchup_events=catchup,
         )  # fmt: skip
+        if catchup:
+            CatchupAgeBucket.objects.create(
+                route=route, topic="items", minute=minute_ago(ago), bucket=bucket(120_000), count=catchup
+            )
+            continue
         LatencyBucket.objects.create(route=route, topic="items", minute=minute_ago(ago), bucket=bucket(20), count=570)
         LatencyBucket.objects.create(route=route, topic="items", minute=minute_ago(ago), bucket=bucket(900), count=30)
     RefusalMinute.objects.create(route=route, minute=minute_ago(3), status=401, reason="unauthorized", count=4)
@@ -68,6 +75,12 @@ def test_the_series_counts_streams_open_from_their_intervals() -> None:
     assert busy["p50_ms"] is not None
     assert busy["p50_ms"] < 30  # 95 % of events took about 20 ms...
     assert busy["p99_ms"] > 800  # ...and 5 % about 900 ms
+    assert busy["catchup_events"] == 0
+    assert busy["catchup_age_p95_ms"] is None
+    replay = next(point for point in points if point["time"] == minute_ago(9))
+    assert (replay["events"], replay["catchup_events"]) == (600, 600)
+    assert replay["p95_ms"] is None  # no live event that minute: no live latency, however old the replay
+    assert 120_000 <= replay["catchup_age_p95_ms"] <= 120_000 * 1.19
 
 
 def test_the_overview_and_route_pages_show_the_rollups(staff: Client) -> None:
@@ -78,10 +91,16 @@ def test_the_overview_and_route_pages_show_the_rollups(staff: Client) -> None:
     page = overview.content.decode()
     assert route in page
     assert 'id="total-events">6000<' in page
+    assert 'id="catchup-events">600<' in page
+    assert "live p95 latency" in page
+    live_p95 = bucket_upper_ms(bucket(20))  # the live events' p95 (with the replay in, it would be 2 minutes)
+    assert f'id="live-p95">{live_p95:.0f} ms<' in page
     detail = staff.get(f"/analytics/routes/{route}/?range=1h").content.decode()
     assert "unauthorized" in detail
     assert "abc123" in detail
     assert 'id="total-opened">2<' in detail
+    assert 'id="catchup-events">600<' in detail
+    assert 'id="catchup-percentiles">' in detail
 
 
 def test_the_csv_download_has_a_row_per_minute(staff: Client) -> None:
@@ -91,6 +110,8 @@ def test_the_csv_download_has_a_row_per_minute(staff: Client) -> None:
     assert response["content-type"].startswith("text/csv")
     rows = list(csv.DictReader(io.StringIO(response.content.decode())))
     assert sum(int(row["events"]) for row in rows) == 6000
+    assert sum(int(row["catchup_events"]) for row in rows) == 600
+    assert {"p95_ms", "catchup_age_p95_ms"} <= rows[0].keys()
     assert len(rows) in {60, 61}
 
 
@@ -140,6 +161,10 @@ def test_the_api_gives_the_numbers_the_dashboards_show(staff: Client) -> None:
     assert body["totals"]["events"] == 6000
     assert body["totals"]["streams_opened"] == 2
     assert body["totals"]["refusals_by_reason"] == [{"status": 401, "reason": "unauthorized", "count": 4}]
+    assert body["totals"]["catchup_events"] == 600
+    assert body["totals"]["p95_ms"] == bucket_upper_ms(bucket(20))  # of the live events only
+    assert body["totals"]["catchup_age_p95_ms"] >= 120_000
+    assert [point["catchup_events"] for point in body["series"]] == [0] * 1 + [600] + [0] * 8
     assert len(body["series"]) == 10
     assert [point["events"] for point in body["series"]] == [600] * 10
     hourly = staff.get(f"/api/v1/analytics/routes/{route}/?range=24h&step=hour").json()
@@ -172,7 +197,7 @@ def test_the_overview_chart_shows_the_databases_numbers(daphne_url: str) -> None
     database = sum(RouteMinute.objects.filter(route=route).values_list("events", flat=True))
     assert per_second * 60 == pytest.approx(database) == 6000  # the chart plots events/s per minute
     assert total == "6000"
-    assert charts == 4
+    assert charts == 5
     image = Path(screenshot).read_bytes()
     assert image[:8] == b"\x89PNG\r\n\x1a\n"
-    assert len(image) > 20_000  # a page with four drawn charts, not a blank one
+    assert len(image) > 20_000  # a page with five drawn charts, not a blank one

@@ -10,23 +10,27 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pyarrow.parquet as pq
 import pytest
+from confluent_kafka import Producer
 from django.apps import apps as django_apps
 from django.conf import settings
+from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
+from analytics import queries
 from analytics.jobs.rollup import rollup
 from analytics.jobs.spark import spark_session
-from analytics.models import RefusalMinute, RollupRun, RouteMinute
+from analytics.models import CatchupAgeBucket, LatencyBucket, RefusalMinute, RollupRun, RouteMinute
+from analytics.queries import Range
 from analytics.rollups import run_rollup
 from bindings.services import do_put_route
-from streams.telemetry.delivery_schema import DELIVERIES, SESSIONS
+from streams.telemetry.delivery_schema import BOUNDS, DELIVERIES, SESSIONS, bucket
 from tests.analytics.test_rollup import MINUTE, known_logs
 from tests.conftest import unique, wait_until
 from tests.support.servers import HOST, ROOT, VAR, free_port, start_daphne, url_of_test_database
@@ -43,6 +47,112 @@ def log_files(directory: Path, table: str) -> list[Path]:
 
 def log_rows(directory: Path, table: str) -> list[dict[str, Any]]:
     return [row for path in log_files(directory, table) for row in pq.read_table(path).to_pylist()]
+
+
+class LoggedNodes:
+    """How the test's web processes hand their delivery log to the rollup, in one place: the settings a node is
+    started with, the rows it has logged so far, and one rollup run over them."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"DELIVERY_LOG_DIR": str(self.directory), "DELIVERY_LOG_FLUSH_S": "1"}
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        return log_rows(self.directory, table)
+
+    def roll_up(self) -> RollupRun:
+        return run_rollup(trigger="test", directory=self.directory, master="local[1]")
+
+
+@pytest.fixture
+def delivery_log(tmp_path: Path) -> LoggedNodes:
+    return LoggedNodes(tmp_path)
+
+
+HISTORY = 400  # records ten minutes old when the storm begins
+STORM = 40  # clients resuming far behind the live end...
+FROM_START = 10  # ...and from the topic's start
+LIVE_CLIENTS = 5
+LIVE_EVENTS = 40
+
+
+def storm(url: str, produce: Callable[[bytes], object]) -> int:
+    """Live clients at the live end, then a storm of clients resuming far behind it, while events are produced;
+    returns the events the clients received, each checked."""
+    streams: list[EventStream] = []
+    try:
+        first = EventStream(url)  # the route starts at the topic's start: the history, then live
+        streams.append(first)
+        history = first.events(HISTORY)
+        received = len(history)
+        streams += [EventStream(url, headers={"last-event-id": history[-1].id or ""}) for _ in range(LIVE_CLIENTS - 1)]
+        live = list(streams)
+        for stream in live[1:]:
+            assert stream.next_block().retry is not None  # open at the live end
+        behind = [EventStream(url, headers={"last-event-id": history[0].id or ""}) for _ in range(STORM)]
+        behind += [EventStream(url) for _ in range(FROM_START)]
+        streams += behind
+        for index in range(LIVE_EVENTS):  # live traffic during the storm and after it
+            produce(f"l{index}".encode())
+            time.sleep(0.02)
+        for stream in live:
+            got = stream.events(LIVE_EVENTS)
+            assert [event.text for event in got] == [f"l{index}" for index in range(LIVE_EVENTS)]
+            received += len(got)
+        for index, stream in enumerate(behind):
+            replay = HISTORY - 1 if index < STORM else HISTORY
+            got = stream.events(replay + LIVE_EVENTS, timeout=30)
+            assert got[-1].text == f"l{LIVE_EVENTS - 1}"
+            received += len(got)
+        return received
+    finally:
+        for stream in streams:
+            stream.close()
+
+
+def test_a_reconnect_storm_leaves_the_live_latency_live_and_counts_the_replay_as_catch_up(
+    delivery_log: LoggedNodes, new_topic: Callable[..., str], producer: Producer, produce: Callable[..., Any]
+) -> None:
+    """Clients at the live end get events as they are produced, while a storm of clients resume from far behind
+    (a Last-Event-ID ten minutes old, or the topic's start) on the same server. The rollup's live latency is the
+    live clients' milliseconds; the replay is all in the catch-up count, with its ten-minute age."""
+    topic = new_topic(partitions=1)
+    route = unique("storm")
+    do_put_route(name=route, path=f"/{route}", topic=topic)
+    ten_minutes_ago = int(time.time() * 1000) - 600_000
+    for index in range(HISTORY):
+        producer.produce(topic, value=f"h{index}".encode(), partition=0, timestamp=ten_minutes_ago + index)
+    producer.flush(10)
+    server = start_daphne(delivery_log.env, log_name="test-daphne-storm")
+    try:
+        received = storm(f"{server.url}/{route}", lambda value: produce(topic, value))
+        wait_until(lambda: sum(row["events"] for row in delivery_log.rows(DELIVERIES)) >= received, timeout=20)
+    finally:
+        server.stop()
+
+    assert delivery_log.roll_up().status == RollupRun.Status.DONE
+    replayed = HISTORY + STORM * (HISTORY - 1) + FROM_START * HISTORY
+    window = Range(timezone.now() - timedelta(minutes=10), timezone.now() + timedelta(minutes=2))
+    totals = queries.totals(window, route)
+    assert totals["events"] == received
+    # Every event of the history, and nothing else that old, is catch-up; so are the live events a storm client
+    # got while it was catching up (at most all of them).
+    assert replayed <= totals["catchup_events"] <= replayed + (STORM + FROM_START) * LIVE_EVENTS
+    ages = CatchupAgeBucket.objects.filter(route=route).values_list("bucket", "count")
+    assert sum(count for index, count in ages if index >= bucket(540_000)) == replayed
+    assert BOUNDS[bucket(600_000) - 1] <= totals["catchup_age_p50_ms"] <= BOUNDS[bucket(600_000) + 2]
+    # The live clients' events are all live, and none of the live latency is ten minutes old: its p95 is the
+    # live figure (milliseconds on an idle machine), not the replay's.
+    live_events = totals["events"] - totals["catchup_events"]
+    assert live_events >= LIVE_CLIENTS * LIVE_EVENTS
+    latency = LatencyBucket.objects.filter(route=route).values_list("bucket", "count")
+    assert sum(count for _, count in latency) == live_events
+    assert max(index for index, count in latency if count) < bucket(60_000)
+    assert totals["p95_ms"] is not None
+    assert totals["p95_ms"] < 1000
 
 
 def test_the_rollup_of_a_live_servers_log_matches_what_its_clients_received(

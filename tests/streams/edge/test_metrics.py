@@ -122,8 +122,8 @@ def test_a_fan_out_write_counts_every_client_in_events_bytes_and_latency_buckets
         (Record(partition=0, offset=0, key=None, value=b"a", headers=(), timestamp_ms=now_ms - 3), 10),
         (Record(partition=0, offset=1, key=None, value=b"b", headers=(), timestamp_ms=now_ms - 200), 20),
     ]
-    metrics.delivered(route, "topic", batch, clients=3)  # one write shared by three clients
-    metrics.delivered(route, "topic", [], clients=5)  # nothing written: nothing counted
+    metrics.delivered(route, "topic", batch, clients=3, live=True)  # one write shared by three clients
+    metrics.delivered(route, "topic", [], clients=5, live=True)  # nothing written: nothing counted
     assert sample("sse_events_delivered_total") == 0, "handed over only by sync()"
     metrics.sync()
     assert sample("sse_events_delivered_total") == 6
@@ -135,3 +135,33 @@ def test_a_fan_out_write_counts_every_client_in_events_bytes_and_latency_buckets
     assert 0.6 <= sample("sse_delivery_latency_seconds_sum") <= 0.7  # 3 x (0.003 + 0.2) s, and a little
     metrics.sync()
     assert sample("sse_events_delivered_total") == 6, "a sync hands each tally over once"
+
+
+def test_catch_up_writes_count_apart_from_the_live_latency() -> None:
+    """A catching-up stream's events are events and bytes like any, but their age goes to its own histogram
+    (`sse_catchup_age_seconds`, whose buckets reach a week), never to the live latency."""
+    route = unique("unit")
+    metrics = Metrics()
+    now_ms = int(time.time() * 1000)
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, {"route": route, **labels}) or 0.0
+
+    def record(offset: int, age_ms: int) -> Record:
+        return Record(partition=0, offset=offset, key=None, value=b"v", headers=(), timestamp_ms=now_ms - age_ms)
+
+    metrics.delivered(route, "topic", [(record(0, 2), 10)], clients=2, live=True)
+    # A replay: a record from two hours ago and one from 30 s ago, shared by four resuming clients.
+    metrics.delivered(route, "topic", [(record(1, 7_200_000), 10), (record(2, 30_000), 10)], clients=4, live=False)
+    metrics.sync()
+    assert sample("sse_events_delivered_total") == 2 + 8
+    assert sample("sse_delivered_bytes_total") == 20 + 80
+    assert sample("sse_delivery_latency_seconds_count") == 2  # the live write only
+    assert sample("sse_delivery_latency_seconds_bucket", le="0.1") == 2
+    assert sample("sse_delivery_latency_seconds_sum") < 0.1
+    assert sample("sse_catchup_age_seconds_count") == 8
+    assert sample("sse_catchup_age_seconds_bucket", le="10.0") == 0
+    assert sample("sse_catchup_age_seconds_bucket", le="60.0") == 4  # the 30 s old one, to each client
+    assert sample("sse_catchup_age_seconds_bucket", le="3600.0") == 4
+    assert sample("sse_catchup_age_seconds_bucket", le="21600.0") == 8  # and the two hours old one
+    assert 4 * (7200 + 30) <= sample("sse_catchup_age_seconds_sum") <= 4 * (7200 + 30) + 1

@@ -11,7 +11,7 @@ from streams.events.subscription import Position
 from streams.hub.shared_reads import Read, SharedReads
 from streams.kafka.client import ReaderStats
 from streams.routes.filters import compile_filters
-from streams.stream.pump import Phase
+from streams.stream.pump import Phase, Standing
 from streams.telemetry.delivery_log import Batch
 from tests.conftest import wait_until
 from tests.e2e.test_zilla_scenarios import Produce
@@ -85,6 +85,51 @@ def test_history_older_than_the_window_is_read_and_handed_over_to_it(
     assert ReaderStats.historical_readers == 0
 
 
+def test_a_stream_counts_as_catching_up_until_it_has_read_to_the_live_end(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    """History, then the window, is catch-up; from the first time the stream has nothing left to read, past
+    Kafka's end as it was when it opened, what it gets is live. A stream that starts at the live end is live at
+    once."""
+    topic = new_topic()
+    for index in range(20):
+        produce(topic, b"%d" % index)
+    log = CountingLog()
+    with running_hub(loop_thread) as (_hub, streams):
+        live = streams(topic, start=LIVE, log=log)  # opens the window at the end: offset 20
+        wait_until(lambda: live.pump.phase is Phase.PARKED)
+        assert live.pump.standing is Standing.LIVE
+        replay = streams(topic, log=log)  # from offset 0: a historical reader, then the window
+        wait_until(lambda: len(replay.values) == 20)
+        wait_until(lambda: replay.pump.phase is Phase.PARKED)
+        assert (replay.pump.standing, log.catchup, log.live) == (Standing.LIVE, 20, 0)
+        for index in range(20, 23):
+            produce(topic, b"%d" % index)
+        wait_until(lambda: len(replay.values) == 23 and len(live.values) == 3)
+        wait_until(lambda: log.live == 2 * 3)
+        assert log.catchup == 20
+
+
+def test_a_stream_that_starts_before_a_cold_window_is_catching_up_while_the_fetcher_fills_it(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    """No stream of the process reads the topic: the window opens at the stream's start, in the past, and the
+    fetcher's arrivals bring the old records through the fan-out. They are catch-up all the same: the stream
+    waits (never parks where the fan-out writes to it) until it has passed Kafka's end as it was at its start."""
+    topic = new_topic()
+    for index in range(30):
+        produce(topic, b"%d" % index)
+    log = CountingLog()
+    with running_hub(loop_thread) as (_hub, streams):
+        replay = streams(topic, log=log)
+        wait_until(lambda: len(replay.values) == 30)
+        wait_until(lambda: replay.pump.standing is Standing.LIVE)
+        assert (log.catchup, log.live) == (30, 0)
+        produce(topic, b"30")
+        wait_until(lambda: log.live == 1)
+        assert replay.values[-1] == "30"
+
+
 def test_a_quiet_stream_gets_a_keepalive_comment(loop_thread: LoopThread, new_topic: Callable[..., str]) -> None:
     topic = new_topic()
     with running_hub(loop_thread) as (_hub, streams):
@@ -150,9 +195,14 @@ def test_streams_resuming_from_the_same_id_share_their_catch_up_reads(
         assert reads.hits == 4  # the first read, the other four took it
         assert all(stream.pump.subscription.delivered == 5 for stream in resumed)
         wait_until(lambda: log.events == 5 * 5)  # the takers are counted too, each event once per client
+        assert log.catchup == 5 * 5  # all of it catching up
+        wait_until(lambda: all(stream.pump.standing is Standing.LIVE for stream in resumed))
         produce(topic, b"6")  # and each goes on from where the shared read left it
         wait_until(lambda: all(stream.values[-1] == "6" and len(stream.values) == 6 for stream in resumed))
         assert {stream.last_id for stream in resumed} == {live.last_id}
+        # Caught up: the new event is no catch-up (whether the fan-out group counts it depends on which stream
+        # leads it: the first stream, with them in one position, logs nothing).
+        assert log.catchup == 5 * 5
 
 
 def test_a_stream_that_logs_does_not_take_the_read_of_one_that_logs_nothing(
@@ -185,15 +235,22 @@ def missed_after_first(
 
 
 class CountingLog:
-    """A delivery sink that counts the events it is told of, times the clients they went to."""
+    """A delivery sink that counts the events it is told of, times the clients they went to: all, and those of
+    catching-up streams."""
 
     enabled = True
 
     def __init__(self) -> None:
-        self.events = 0
+        self.events = self.catchup = 0
 
-    def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1) -> None:
+    def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1, *, live: bool) -> None:
         self.events += len(batch) * clients
+        if not live:
+            self.catchup += len(batch) * clients
+
+    @property
+    def live(self) -> int:
+        return self.events - self.catchup
 
 
 def test_a_kept_read_expires_and_the_reads_stay_within_their_budget() -> None:

@@ -129,13 +129,15 @@ def test_a_stream_in_the_same_position_takes_the_first_ones_read() -> None:
     cache.open(TOPIC, 0, 0)
     cache.append(TOPIC, 0, records(0, 0, b"a", b"b"))
     reads = SharedReads()
-    first, second = reader_of(cache, {0: 0}), reader_of(cache, {0: 0})
+    first, second = reader_of(cache, {0: 0}, ends={0: 2}), reader_of(cache, {0: 0}, ends={0: 2})
     assert first.shared_key() == second.shared_key() is not None
-    data = first.read_shared(reads, "route", now=1.0, log=None)
-    assert second.read_shared(reads, "route", now=1.5, log=None) == data
+    assert not second.subscription.reached_ends
+    data = first.read_shared(reads, "route", now=1.0, log=None, live=False)
+    assert second.read_shared(reads, "route", now=1.5, log=None, live=False) == data
     assert reads.hits == 1
     assert second.cursors == first.cursors == {0: 2}
     assert second.subscription.delivered == first.subscription.delivered == 2
+    assert second.subscription.reached_ends  # it took what reaches Kafka's end as of its start, as if it read it
     cache.append(TOPIC, 0, records(0, 2, b"c"))
     assert texts(second.read_cache()) == ["c"]  # it reads on from where it took the read
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,8 +57,9 @@ def test_a_flush_writes_each_table_as_parquet_renamed_when_complete(tmp_path: Pa
     log = DeliveryLog(tmp_path, salt=b"s", node="n1")
     opened = stream_row(identity=log.keyed_hash("alice"), start=Start.RESUMED)
     log.opened(opened)
-    log.delivered("items", "items", [(record(0, 1), 100), (record(0, 2), 120), (record(1, 7, age_ms=300), 90)])
-    log.delivered("items", "items", [(record(0, 3), 110)], clients=4)  # a fan-out group of four
+    batch = [(record(0, 1), 100), (record(0, 2), 120), (record(1, 7, age_ms=300), 90)]
+    log.delivered("items", "items", batch, live=True)
+    log.delivered("items", "items", [(record(0, 3), 110)], clients=4, live=True)  # a fan-out group of four
     log.refused("items", 401, "unauthorized")
     log.refused("items", 401, "unauthorized")
     log.refused("", 404, "no_route")
@@ -80,12 +82,40 @@ def test_a_flush_writes_each_table_as_parquet_renamed_when_complete(tmp_path: Pa
     assert (deliveries[0]["events"], deliveries[0]["bytes"], deliveries[0]["writes"]) == (2 + 4, 220 + 440, 1 + 4)
     assert (deliveries[1]["events"], deliveries[1]["bytes"], deliveries[1]["writes"]) == (1, 90, 1)
     assert sum(count for _, count in deliveries[0]["latency"]) == 6
+    assert (deliveries[0]["catchup_events"], deliveries[0]["catchup_age"]) == (0, [])
     ((slow_bucket, slow_count),) = deliveries[1]["latency"]
     assert slow_count == 1
     assert BOUNDS[slow_bucket - 1] <= 300 < BOUNDS[slow_bucket] * 1.1  # about 300 ms (the clock moved a little)
 
     refusals = {(row["route"], row["status"], row["reason"]): row["count"] for row in rows(tmp_path, REFUSALS)}
     assert refusals == {("items", 401, "unauthorized"): 2, ("", 404, "no_route"): 1}
+
+
+def test_catch_up_events_are_counted_apart_from_the_live_latency(tmp_path: Path) -> None:
+    """A catching-up write's events are in `events` and `bytes`, and in the catch-up count and age histogram;
+    never in `latency`, which holds the live writes only."""
+    log = DeliveryLog(tmp_path, salt=b"s")
+    log.delivered("items", "items", [(record(0, 10), 100)], clients=2, live=True)
+    replay = [(record(0, offset, age_ms=3_600_000), 100) for offset in range(3)]  # an hour old
+    log.delivered("items", "items", replay, clients=5, live=False)  # a shared catch-up read taken by five
+    log.delivered("items", "items", [(record(0, 11, age_ms=40_000), 100)], live=False)
+    log.close()
+    written = rows(tmp_path, DELIVERIES)  # one row, or two if the writes straddled a second
+
+    def total(column: str) -> int:
+        return sum(row[column] for row in written)
+
+    def histogram(column: str) -> dict[int, int]:
+        found: Counter[int] = Counter()
+        for row in written:
+            found.update(dict(row[column]))
+        return dict(found)
+
+    assert (total("events"), total("bytes"), total("writes")) == (2 + 15 + 1, 1800, 2 + 5 + 1)
+    assert total("catchup_events") == 16
+    assert sum(histogram("latency").values()) == 2
+    assert max(histogram("latency")) < bucket(1000)  # milliseconds, not an hour
+    assert histogram("catchup_age") == {bucket(3_600_000): 15, bucket(40_000): 1}
 
 
 def test_a_full_buffer_drops_rows_and_counts_them(tmp_path: Path) -> None:
@@ -125,7 +155,7 @@ def test_an_unwritable_directory_loses_rows_counted_and_streams_go_on(tmp_path: 
 def test_logging_off_writes_nothing(tmp_path: Path) -> None:
     log = DeliveryLog(None, salt=b"s")
     log.opened(stream_row())
-    log.delivered("r", "t", [(record(0, 1), 10)])
+    log.delivered("r", "t", [(record(0, 1), 10)], live=True)
     log.refused("r", 404, "no_route")
     assert log.flush() == 0
     assert log.thread is None
@@ -151,8 +181,8 @@ def test_user_agents_are_reduced_to_a_family(agent: str, family: str) -> None:
 def test_the_fan_out_counts_a_group_write_once_for_all_its_clients(
     tmp_path: Path, loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
 ) -> None:
-    """Three streams in one position: one encodes and counts the batch for three; a fourth, filtered out, adds
-    nothing; a stream that reads on its own counts its own writes."""
+    """Three streams in one position: one encodes and counts the batch for three, as live; a fourth, filtered out,
+    adds nothing; a stream that reads on its own counts its own writes, as catch-up (it started behind)."""
     topic = new_topic()
     log = DeliveryLog(tmp_path, salt=b"s")
     with running_hub(loop_thread) as (_hub, streams):
@@ -169,7 +199,9 @@ def test_the_fan_out_counts_a_group_write_once_for_all_its_clients(
     delivered = rows(tmp_path, DELIVERIES)
     assert {row["route"] for row in delivered} == {f"test:{topic}"}
     assert sum(row["events"] for row in delivered) == 3 * 3 + 3
-    assert sum(count for row in delivered for _, count in row["latency"]) == 3 * 3 + 3
+    assert sum(count for row in delivered for _, count in row["latency"]) == 3 * 3
+    assert sum(row["catchup_events"] for row in delivered) == 3
+    assert sum(count for row in delivered for _, count in row["catchup_age"]) == 3
     total_bytes = sum(row["bytes"] for row in delivered)
     event_bytes = sum(len(stream.flow.data) for stream in [*same, late])
     assert 0 < total_bytes <= event_bytes  # events only: not the retry line or comments
