@@ -12,8 +12,9 @@ either. Events are what bench/producer.py sends (`{"t":…,"p":…,"s":…,"pad"
 sequence as id, so bench/loadgen.py reads both servers alike. bench/open_cost.py runs this mode.
 
 With `--kafka`, the live mode that bench/fanout.py runs with `--baseline`: a thread consumes every partition of
-the topic from its end (confluent-kafka, no group) and hands each batch to the event loop, which writes it as one
-chunk to every open stream, with the arrival number as id; the last `--keep` events stay in memory, so a stream
+the topic from its end (confluent-kafka, no group) and hands each batch to the event loop, which writes what
+arrived within `--coalesce-ms` (20, the platform's default) as one chunk to every open stream, with the arrival
+number as id; the last `--keep` events stay in memory, so a stream
 resuming with `Last-Event-ID` gets the ones after it. `/-/health` answers with the number of streams. No routing,
 guard, replay from Kafka, flow control, metrics or delivery log: the cost of fan-out itself.
 """
@@ -129,27 +130,46 @@ async def serve(port: int, history: int, catch_up: int) -> None:
 
 
 class Hub:
-    """The live mode's fan-out: each batch the consumer thread hands over becomes one chunk, written to every
-    stream; the last `keep` events stay in memory so a resumed stream gets what it missed."""
+    """The live mode's fan-out: what the consumer thread hands over within a coalescing window becomes one
+    chunk, written to every stream; the last `keep` events stay in memory so a resumed stream gets what it
+    missed."""
 
-    def __init__(self, keep: int) -> None:
+    def __init__(self, keep: int, coalesce_s: float) -> None:
         self.events: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=keep)
         self.next_number = 1
         self.streams: set[LiveStream] = set()
         self.delivered = 0
+        self.coalesce_s = coalesce_s
+        self.pending: list[bytes] = []
+        self.flush_at: asyncio.TimerHandle | None = None
+        self.last_flush = float("-inf")
 
     def publish(self, values: list[bytes]) -> None:
-        parts = []
+        """Number and keep the batch's events; write them at once after a quiet spell, else at the end of the
+        coalescing window, with whatever else arrived meanwhile (as the platform's `SSE_COALESCE_MS` does)."""
         for value in values:
             encoded = b"id:%d\ndata:%s\n\n" % (self.next_number, value)
             self.events.append((self.next_number, encoded))
             self.next_number += 1
-            parts.append(encoded)
-        body = b"".join(parts)
+            self.pending.append(encoded)
+        if self.flush_at is not None:
+            return
+        loop = asyncio.get_running_loop()
+        due = self.last_flush + self.coalesce_s
+        if loop.time() >= due:
+            self.flush()
+        else:
+            self.flush_at = loop.call_at(due, self.flush)
+
+    def flush(self) -> None:
+        self.flush_at = None
+        self.last_flush = asyncio.get_running_loop().time()
+        body = b"".join(self.pending)
+        count, self.pending = len(self.pending), []
         chunk = b"%x\r\n%s\r\n" % (len(body), body)
         for stream in self.streams:
             stream.write(chunk)
-        self.delivered += len(values) * len(self.streams)
+        self.delivered += count * len(self.streams)
 
     def after(self, number: int) -> bytes:
         """The events after `number` still held, as one string of events."""
@@ -244,9 +264,9 @@ def consume(bootstrap: str, topic: str, loop: asyncio.AbstractEventLoop, hub: Hu
         consumer.close()
 
 
-async def serve_live(port: int, bootstrap: str, topic: str, keep: int) -> None:
+async def serve_live(port: int, bootstrap: str, topic: str, keep: int, coalesce_s: float) -> None:
     loop = asyncio.get_running_loop()
-    hub = Hub(keep)
+    hub = Hub(keep, coalesce_s)
     stop = threading.Event()
     thread = threading.Thread(target=consume, args=(bootstrap, topic, loop, hub, stop), daemon=True)
     thread.start()
@@ -266,12 +286,13 @@ def main() -> None:
     parser.add_argument("--kafka", metavar="BOOTSTRAP", help="live mode: stream the topic's new records")
     parser.add_argument("--topic", help="live mode: the topic")
     parser.add_argument("--keep", type=int, default=100_000, help="live mode: events kept for resumes")
+    parser.add_argument("--coalesce-ms", type=int, default=20, help="live mode: writes coalesced within (20)")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
         if args.kafka:
             if not args.topic:
                 parser.error("--kafka needs --topic")
-            asyncio.run(serve_live(args.port, args.kafka, args.topic, args.keep))
+            asyncio.run(serve_live(args.port, args.kafka, args.topic, args.keep, args.coalesce_ms / 1000))
         else:
             asyncio.run(serve(args.port, args.history, args.catch_up))
 
