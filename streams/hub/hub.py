@@ -37,6 +37,7 @@ from streams.kafka.fetcher import Fetcher
 log = logging.getLogger(__name__)
 
 JANITOR_INTERVAL_S = 5.0
+FANOUT_SHARE_FACTOR = 2.0  # a topic's fan-out waits this many times its last cost between writes (at least)
 
 
 class Hub:
@@ -200,7 +201,10 @@ class FanOut:
         write to each client carries everything that arrived meanwhile."""
         if state.fanout is not None:
             return
-        due = state.last_fanout + self.coalesce_s
+        # A fan-out that holds the loop long (many clients) waits as long again before the next: the loop keeps
+        # at least half its time for everything else (a storm of opens, other topics), and each client's write
+        # carries more events instead of the loop falling behind with one write per client per batch.
+        due = state.last_fanout + max(self.coalesce_s, FANOUT_SHARE_FACTOR * state.fanout_cost)
         if self.loop.time() >= due:
             self._write(state)
         else:
@@ -211,6 +215,13 @@ class FanOut:
         encoded once: the first of the group writes, the others write the same bytes."""
         state.fanout = None
         state.last_fanout = self.loop.time()
+        started = time.perf_counter()
+        try:
+            self._write_groups(state)
+        finally:
+            state.fanout_cost = time.perf_counter() - started
+
+    def _write_groups(self, state: TopicState) -> None:
         groups: dict[Hashable, list[Subscriber]] = {}
         for subscriber in list(state.subscribers):
             key = subscriber.share_key()

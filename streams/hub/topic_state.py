@@ -67,6 +67,7 @@ class TopicState:
     idle_since: float | None = None
     bootstrap: bool = False
     last_fanout: float = float("-inf")
+    fanout_cost: float = 0.0  # seconds the last fan-out held the loop
     fanout: asyncio.TimerHandle | None = None  # a coalesced fan-out already scheduled
     marks: asyncio.Task[dict[int, Watermarks]] | None = None  # the latest watermark lookup
     marks_at: float = float("-inf")
