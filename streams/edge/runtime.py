@@ -140,7 +140,7 @@ class Runtime:
             "closed_on_revocation": self.revocations.closed,
             **counts,
             **self.delivery_log.stats(),
-            "gc_frozen_objects": gc.get_freeze_count(),  # the server freezes what it loaded (streams/server/daphne.py)
+            "gc_frozen_objects": gc.get_freeze_count(),  # frozen after each full pass (streams/server/collector.py)
             "memory_reclaims": self.memory.runs,
         }
 

@@ -23,10 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import daphne.server  # noqa: F401  (installs the asyncio reactor before anything imports twisted's)
 from daphne.cli import CommandLineInterface
@@ -41,7 +40,7 @@ from twisted.web._http2 import H2Stream
 from zope.interface import implementer
 
 from config.logs import log_access
-from streams.server import http2
+from streams.server import collector, http2
 from streams.server.deadlines import BoundedHTTPFactory
 from streams.server.forwarded import ClientOrigin, parse_networks
 from streams.server.peers import PeerConnections
@@ -49,7 +48,6 @@ from streams.server.reaping import ReapOnChange
 from streams.server.tls import TlsError, TlsListener, certificate_options, listen_tls
 
 FLOW_EXTENSION = "sse.flow"
-FULL_COLLECTION_EVERY = 100  # second-generation collections per full one (Python's default: 10)
 # Twisted internals `Flow.write` reads. They are not public API: pyproject.toml bounds Twisted's version, and
 # tests/streams/server/test_twisted_internals.py fails, naming what is gone, when a release drops one.
 TRANSPORT_INTERNALS = ("TLS", "connected", "socket", "dataBuffer", "offset", "_tempDataLen", "_writeDisconnected")
@@ -259,19 +257,15 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
             except TlsError as exc:
                 sys.exit(f"streams.server: {exc}")
             reactor.callWhenRunning(self._listen_tls, self.tls, options)
-        # What is loaded by now (Django, Twisted, the application: most of the process's objects) lives as long
-        # as the process. Frozen, it is left out of the cyclic collector's full passes, which otherwise scan it all
-        # every few seconds under load: measured at 1000 clients x 100 msg/s, passes of 210-220 ms, each one a
-        # pause of the event loop that set the p99 delivery latency.
-        gc.freeze()
-        # What the streams allocate as they open becomes long-lived at once (a stream's state lives as long as
-        # its client), and the collector's full passes scan all of it again and again while a storm of opens
-        # adds more: 44 % of an open's CPU at 2 000 streams, 55 % at 10 000 (bench/open_cost.py). Young garbage
-        # stays collected as before (the first two thresholds are Python's); a full pass waits for 100
-        # second-generation passes instead of Python's 10 (docs/benchmarks.md, "Garbage collection and opens").
-        young, middle, _ = gc.get_threshold()
-        gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
+        # What is loaded by now (Django, Twisted, the application) lives as long as the process, and so does what
+        # a stream allocates as long as its client: frozen after each full pass (streams/server/collector.py).
+        collector.tune()
+        cast(Any, reactor).callLater(collector.REVIEW_EVERY_S, self.review_garbage)
         super().run()
+
+    def review_garbage(self) -> None:
+        collector.review()
+        cast(Any, reactor).callLater(collector.REVIEW_EVERY_S, self.review_garbage)
 
     def listen_success(self, port: Any) -> None:
         super().listen_success(port)
