@@ -19,7 +19,7 @@ Settings (environment):
     the listen backlog (default 4096; the kernel caps it at ``net.core.somaxconn``). A large one lets a
     reconnect storm queue instead of having its SYNs dropped and retried a second later.
 ``WEB_PROCESSES``
-    how many workers (default: one per core, ``os.cpu_count()``).
+    how many workers (default: one per two cores, at least one; docs/operations.md, "How many workers").
 ``WEB_SERVER_MODULE``
     the module each worker runs as ``python -m <module>``: default ``streams.server``, the project's daphne
     with write flow control; ``daphne`` for stock daphne. It must accept daphne's command line (``--fd``).
@@ -359,12 +359,18 @@ class Supervisor:
         return 0
 
 
+def default_processes() -> int:
+    """One worker per two cores: a worker's event loop takes a core at saturation, and its fetch process, its Kafka
+    threads and the rest of the node (Celery, the embedded services) need the other (docs/operations.md)."""
+    return max(1, (os.cpu_count() or 1) // 2)
+
+
 def main() -> int:
     try:
         host = envstr("WEB_HOST", "127.0.0.1").strip() or "127.0.0.1"
         port = envint("WEB_PORT", 8000, minimum=0, maximum=65535)
         backlog = envint("WEB_BACKLOG", 4096, minimum=1)
-        processes = envint("WEB_PROCESSES", os.cpu_count() or 1, minimum=1)
+        processes = envint("WEB_PROCESSES", default_processes(), minimum=1)
         max_streams = envint("SSE_MAX_STREAMS", 20_000, minimum=0)
         max_delay_s = envint("WEB_RESTART_MAX_DELAY_S", 60, minimum=1)
         https_port = tls_port()

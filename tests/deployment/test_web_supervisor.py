@@ -149,3 +149,11 @@ def test_workers_run_with_two_malloc_arenas_and_glibcs_allocator(web: tuple[subp
             variables = environ.read().split(b"\0")
         assert b"MALLOC_ARENA_MAX=" + arenas in variables
         assert b"PYTHONMALLOC=" + allocator in variables
+
+
+@pytest.mark.parametrize(("cores", "workers"), [(None, 1), (1, 1), (2, 1), (3, 1), (4, 2), (16, 8)])
+def test_the_default_is_one_worker_per_two_cores(
+    monkeypatch: pytest.MonkeyPatch, cores: int | None, workers: int
+) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert web.default_processes() == workers
