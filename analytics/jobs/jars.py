@@ -18,7 +18,10 @@ class JarsMissing(RuntimeError):
 
 
 def jar_dir() -> Path:
-    """A cache outside the checkout named after the pom's hash, so a changed pom gets a fresh copy."""
+    """`SPARK_KAFKA_JARS_DIR` when set (the image copies them there), else a cache outside the checkout named
+    after the pom's hash, so a changed pom gets a fresh copy."""
+    if os.environ.get("SPARK_KAFKA_JARS_DIR"):
+        return Path(os.environ["SPARK_KAFKA_JARS_DIR"])
     digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sse-kafka-platform"
     return base / f"spark-{digest}"
