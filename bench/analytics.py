@@ -294,7 +294,8 @@ def main() -> None:
         )
     finally:
         if not options.keep and topics:
-            for future in AdminClient(kafka.admin_config()).delete_topics(topics).values():
+            admin = AdminClient(kafka.admin_config())  # kept while its futures are awaited
+            for future in admin.delete_topics(topics).values():
                 future.result(timeout=30)
     print(f"\nSpark start (cold, {options.master}): {cold:.1f} s\n")
     print("\n".join(table))
