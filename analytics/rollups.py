@@ -109,6 +109,8 @@ def run_rollup(*, trigger: str = "schedule", topic: str | None = None, master: s
                     result = rollup(frames.tables)
                 finally:
                     frames.release()
+                if frames.skipped:
+                    log.warning("rollup: %d messages of another schema version skipped", frames.skipped)
             with transaction.atomic():
                 track_processes(result, now)
                 write(result)

@@ -44,6 +44,7 @@ class LogFrames:
         ranges = {p: bounds for p, bounds in ranges.items() if bounds[1] > bounds[0]}
         self.raw: DataFrame | None = None
         self.tables: dict[str, DataFrame] = {}
+        self.skipped = 0
         if not ranges:
             return
         topic = log_range.topic
@@ -62,6 +63,9 @@ class LogFrames:
             .select(F.expr(f"filter(headers, h -> h.key = '{HEADER}')[0].value").alias("kind"), "value")
         )
         self.raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
+        known = [F.lit(bytearray(header_value(table))) for table in TABLES]
+        # Messages of another schema (a process of another version during an upgrade) are not decoded.
+        self.skipped = self.raw.where(~F.col("kind").isin(*known) | F.col("kind").isNull()).count()
         for table in TABLES:
             schema = json.dumps(avro_batch_schema(table))
             self.tables[table] = (

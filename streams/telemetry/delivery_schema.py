@@ -8,16 +8,19 @@ for people; a change that is not additive (a column removed or retyped, a bucket
 The tables are declared once, as Arrow schemas (`SCHEMAS`); their encoding on the topic is derived from them
 (`avro_batch_schema`), so a column added here is written and read without a second edit. A Kafka message holds
 up to `BATCH_ROWS` rows of one table as an Avro array of records, without framing (schemaless, as Spark's
-`from_avro` reads it); its header `HEADER` says which table and version (`header_value`), and its key is the
+`from_avro` reads it); its header `HEADER` says which table and schema (`header_value`), and its key is the
 writing process (`process` column), so the rows of one process go to one partition, in order.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 from bisect import bisect_right
 from typing import Any
 
+import fastavro
+import fastavro.schema
 import pyarrow as pa
 
 SCHEMA_VERSION = 2
@@ -28,7 +31,7 @@ REFUSALS = "refusals"
 REPORTS = "reports"
 TABLES = (SESSIONS, DELIVERIES, REFUSALS, REPORTS)
 
-# The message header naming a message's table and version, as b"<table>/<version>".
+# The message header naming a message's table and schema (`header_value`).
 HEADER = "delivery-log"
 # Rows per message at most: a message stays far below Kafka's default limit of 1 MiB.
 BATCH_ROWS = 2000
@@ -157,8 +160,12 @@ SCHEMAS: dict[str, pa.Schema] = {
 TIME_COLUMN = {SESSIONS: "at", DELIVERIES: "second", REFUSALS: "second", REPORTS: "at"}
 
 
-def header_value(table: str, version: int = SCHEMA_VERSION) -> bytes:
-    return f"{table}/{version}".encode()
+def header_value(table: str) -> bytes:
+    """`<table>/<version>/<fingerprint>`: Avro without framing is read only with the schema it was written with,
+    so the header names that schema exactly (the fingerprint of its canonical form), and a message written by a
+    process with other columns is never decoded with the wrong one."""
+    canonical = fastavro.schema.to_parsing_canonical_form(fastavro.parse_schema(avro_batch_schema(table)))
+    return f"{table}/{SCHEMA_VERSION}/{hashlib.sha256(canonical.encode()).hexdigest()[:12]}".encode()
 
 
 def _avro_type(kind: pa.DataType, name: str) -> Any:

@@ -19,7 +19,7 @@ from analytics.models import IdentityMinute, LatencyBucket, LogOffset, RefusalMi
 from analytics.percentiles import percentiles
 from analytics.rollups import LOCK_KEY, log_range, run_rollup
 from streams.telemetry.delivery_log import LogTopic
-from streams.telemetry.delivery_schema import BOUNDS, DELIVERIES, REFUSALS, SESSIONS, bucket
+from streams.telemetry.delivery_schema import BOUNDS, DELIVERIES, HEADER, REFUSALS, SESSIONS, bucket
 
 MINUTE = int(datetime(2026, 11, 22, 10, 0, tzinfo=UTC).timestamp())  # 10:00 UTC
 
@@ -179,3 +179,16 @@ def test_a_run_while_another_holds_the_lock_is_skipped(log_topic: str) -> None:
     finally:
         other.close()
     assert run_rollup(trigger="test", topic=log_topic, master="local[1]").status == RollupRun.Status.DONE
+
+
+def test_messages_of_another_schema_are_skipped_and_the_rest_rolled_up(
+    log_topic: str, spark: Any, producer: Any
+) -> None:
+    """A process of another version (other columns) during an upgrade: its rows are never decoded with the
+    wrong schema, and they do not stop the rollup."""
+    write(log_topic, DELIVERIES, [delivery(MINUTE + 1, 0, [4, 4])], "n1")
+    producer.produce(log_topic, b"\x02\x04not-this-schema", key=b"old", headers={HEADER: b"deliveries/1/000000000000"})
+    producer.flush(10)
+    run = run_rollup(trigger="test", topic=log_topic, master="local[1]")
+    assert (run.status, run.messages, run.rows_in) == (RollupRun.Status.DONE, 2, 1)
+    assert RouteMinute.objects.get().events == 2
