@@ -6,6 +6,7 @@ standalone master and worker reading Kafka."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
@@ -148,12 +149,18 @@ def test_a_killed_workers_streams_stop_counting_within_two_report_intervals(
 
 
 @pytest.fixture
-def rollup_every_2_s() -> Iterator[None]:
+def rollup_schedule() -> PeriodicTask:
     """The migration's schedule (made again by the migration's own code: transactional tests empty the tables
-    between tests), run every 2 s for the test."""
+    between tests)."""
     migration = importlib.import_module("analytics.migrations.0002_rollup_schedule")
     migration.create_schedule(django_apps, None)
-    task = PeriodicTask.objects.get(task="analytics.tasks.rollup_delivery_log")
+    return PeriodicTask.objects.get(task="analytics.tasks.rollup_delivery_log")
+
+
+@pytest.fixture
+def rollup_every_2_s(rollup_schedule: PeriodicTask) -> Iterator[None]:
+    """The migration's schedule, run every 2 s for the test."""
+    task = rollup_schedule
     assert task.enabled
     assert task.interval.every == settings.ANALYTICS_ROLLUP_EVERY_S
     before = task.interval
@@ -172,12 +179,8 @@ def celery(arguments: list[str], log_name: str, env: dict[str, str]) -> subproce
         )  # fmt: skip
 
 
-def test_a_real_celery_worker_and_beat_run_the_scheduled_rollup(
-    tmp_path: Path, new_topic: Callable[..., str], rollup_every_2_s: None
-) -> None:
-    log_topic = new_topic(partitions=2)
-    known_logs(log_topic)
-    env = {
+def celery_environment(log_topic: str) -> dict[str, str]:
+    return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.test",
         "DATABASE_URL": url_of_test_database(),
@@ -187,7 +190,11 @@ def test_a_real_celery_worker_and_beat_run_the_scheduled_rollup(
         "DELIVERY_LOG_TOPIC": log_topic,
         "SPARK_MASTER": "local[1]",
     }
-    schedule = tmp_path / "celerybeat-schedule"
+
+
+@contextlib.contextmanager
+def worker_and_beat(env: dict[str, str], schedule: Path) -> Iterator[None]:
+    """A Celery worker and beat as `make run` starts them (platform/Procfile); stopped at the end."""
     worker = celery(
         ["worker", "--pool=solo", "--purge", f"--hostname=test-{os.getpid()}@%h"], "test-celery-worker", env
     )
@@ -197,12 +204,7 @@ def test_a_real_celery_worker_and_beat_run_the_scheduled_rollup(
         env,
     )
     try:
-        wait_until(
-            lambda: RollupRun.objects.filter(trigger="schedule", status=RollupRun.Status.DONE, messages__gt=0).exists(),
-            timeout=120,
-            interval=0.5,
-        )
-        wait_until(lambda: RollupRun.objects.filter(trigger="schedule").count() >= 2, timeout=30, interval=0.5)
+        yield
     finally:
         for process in (beat, worker):
             process.terminate()
@@ -211,6 +213,54 @@ def test_a_real_celery_worker_and_beat_run_the_scheduled_rollup(
                 process.wait(20)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def test_make_runs_dashboards_show_a_streams_traffic_within_two_minutes(
+    tmp_path: Path,
+    new_topic: Callable[..., str],
+    produce: Callable[..., tuple[int, int]],
+    rollup_schedule: PeriodicTask,
+) -> None:
+    """The processes of `make run` on the migration's own schedule (every ANALYTICS_ROLLUP_EVERY_S, 60 s): a page's
+    stream, opened as they start, is in the rollup tables the dashboards read within two minutes."""
+    assert rollup_schedule.interval.every == settings.ANALYTICS_ROLLUP_EVERY_S == 60
+    topic, log_topic = new_topic(), new_topic(partitions=2)
+    route = unique("demo")
+    do_put_route(name=route, path=f"/{route}", topic=topic)
+    started = time.monotonic()
+    supervisor, port = web_started(processes=1, DELIVERY_LOG_TOPIC=log_topic)  # the default flush interval
+    try:
+        with (
+            worker_and_beat(celery_environment(log_topic), tmp_path / "celerybeat-schedule"),
+            EventStream(f"http://{HOST}:{port}/{route}", timeout=20) as stream,
+        ):
+            for index in range(3):  # as the demo producer sends, one a second
+                produce(topic, f"v{index}".encode())
+                time.sleep(1)
+            assert len(stream.events(3)) == 3
+
+            def shown() -> bool:
+                rows = RouteMinute.objects.filter(route=route)
+                return sum(row.events for row in rows) == 3 and sum(row.streams_opened for row in rows) == 1
+
+            wait_until(shown, timeout=max(1.0, 120 - (time.monotonic() - started)), interval=1)
+    finally:
+        stop_gracefully(supervisor)
+    assert time.monotonic() - started < 120
+
+
+def test_a_real_celery_worker_and_beat_run_the_scheduled_rollup(
+    tmp_path: Path, new_topic: Callable[..., str], rollup_every_2_s: None
+) -> None:
+    log_topic = new_topic(partitions=2)
+    known_logs(log_topic)
+    with worker_and_beat(celery_environment(log_topic), tmp_path / "celerybeat-schedule"):
+        wait_until(
+            lambda: RollupRun.objects.filter(trigger="schedule", status=RollupRun.Status.DONE, messages__gt=0).exists(),
+            timeout=120,
+            interval=0.5,
+        )
+        wait_until(lambda: RollupRun.objects.filter(trigger="schedule").count() >= 2, timeout=30, interval=0.5)
     first = RouteMinute.objects.get(route="items", minute=datetime.fromtimestamp(MINUTE, tz=UTC))
     assert (first.events, first.streams_opened) == (2000, 3)  # the later runs found nothing new to add
     assert not RollupRun.objects.filter(status=RollupRun.Status.FAILED).exists()
