@@ -96,7 +96,7 @@ class Runtime:
         metrics.hub = current_hub
         metrics.count(RENEWALS, lambda: self.renewals.renewed)
         metrics.count(ROUTE_RELOADS, lambda: self.routes.reloads)
-        metrics.count(LOG_DROPPED, lambda: self.delivery_log.dropped)
+        metrics.count(LOG_DROPPED, lambda: self.delivery_log.stats()["delivery_log_dropped"])
         metrics.count(SLOW_CLOSED, lambda: self.stats.closed_slow)
 
     # --- what happens to streams, told to the delivery log and the metrics ------------------------------
