@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
-from streams.telemetry.delivery_schema import HEADER, TABLES, avro_batch_schema, header_value
+from streams.telemetry.delivery_schema import DELIVERIES, HEADER, TABLES, avro_batch_schema, header_value
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,8 @@ class LogRange:
 
 
 class LogFrames:
-    """The range's rows, one DataFrame per table, read from Kafka once and kept until `release()`."""
+    """The range's rows, one DataFrame per table; all but the deliveries are read from Kafka once and kept until
+    `release()`."""
 
     def __init__(self, spark: SparkSession, log_range: LogRange) -> None:
         partitions = sorted(partition for partition in log_range.end if log_range.messages)
@@ -62,14 +63,18 @@ class LogFrames:
             .load()
             .select(F.expr(f"filter(headers, h -> h.key = '{HEADER}')[0].value").alias("kind"), "value")
         )
-        self.raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
+        # Deliveries are most of the log and are aggregated in one pass: read from Kafka as they are needed. The
+        # other tables, a few rows per stream and second, are kept for the several passes their sums take.
+        deliveries = F.col("kind") == F.lit(bytearray(header_value(DELIVERIES)))
+        self.raw = raw.where(~deliveries | F.col("kind").isNull()).persist(StorageLevel.MEMORY_AND_DISK)
         known = [F.lit(bytearray(header_value(table))) for table in TABLES]
         # Messages of another schema (a process of another version during an upgrade) are not decoded.
         self.skipped = self.raw.where(~F.col("kind").isin(*known) | F.col("kind").isNull()).count()
         for table in TABLES:
+            source = raw.where(deliveries) if table == DELIVERIES else self.raw
             schema = json.dumps(avro_batch_schema(table))
             self.tables[table] = (
-                self.raw.where(F.col("kind") == F.lit(bytearray(header_value(table))))
+                source.where(F.col("kind") == F.lit(bytearray(header_value(table))))
                 .select(F.explode(from_avro(F.col("value"), schema)).alias("row"))
                 .select("row.*")
             )
