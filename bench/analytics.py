@@ -164,39 +164,33 @@ def send_logs(
         REFUSALS: refusal_template(max(10, per_hour // 100), seconds, rng),
         REPORTS: report_template(seconds),
     }
-    grid = spark.createDataFrame(
-        [
-            (hour, node, int((DAY + timedelta(hours=hour)).timestamp() * 1000))
-            for hour in range(hours)
-            for node in range(NODES)
-        ],
-        "hour int, node_index int, start_ms long",
-    )
     messages = 0
-    for table, template in templates.items():
-        rows = spark.createDataFrame(template).crossJoin(F.broadcast(grid))
-        for column in {TIME_COLUMN[table], "opened_at"} & set(template.column_names):
-            moved = (F.col(column).cast("double") * 1000).cast("long") + F.col("start_ms")
-            rows = rows.withColumn(column, F.timestamp_millis(moved))
-        rows = rows.withColumn("node", F.concat(F.lit("node-"), F.col("node_index").cast("string")))
-        rows = rows.withColumn("process", F.concat(F.col("node"), F.lit("-1")))
-        chunks = max(1, len(template) // BATCH_ROWS + (len(template) % BATCH_ROWS > 0))
-        # A message holds up to BATCH_ROWS rows of one process and hour, as a web process sends them.
-        rows = rows.withColumn("chunk", F.pmod(F.monotonically_increasing_id(), F.lit(chunks)))
-        columns = list(SCHEMAS[table].names)
-        batches = rows.groupBy("process", "hour", "chunk").agg(F.collect_list(F.struct(*columns)).alias("rows"))
-        out = batches.select(
-            F.col("process").alias("key"),
-            to_avro(F.col("rows"), json.dumps(avro_batch_schema(table))).alias("value"),
-            F.array(F.struct(F.lit(HEADER).alias("key"), F.lit(bytearray(header_value(table))).alias("value"))).alias(
-                "headers"
-            ),
-        ).persist()
-        messages += out.count()
-        out.write.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers).option(
-            "topic", topic
-        ).save()
-        out.unpersist()
+    for hour in range(hours):  # an hour at a time: a day of 10 M rows at once needs more than the driver's memory
+        grid = spark.createDataFrame(
+            [(hour, node, int((DAY + timedelta(hours=hour)).timestamp() * 1000)) for node in range(NODES)],
+            "hour int, node_index int, start_ms long",
+        )
+        for table, template in templates.items():
+            rows = spark.createDataFrame(template).crossJoin(F.broadcast(grid))
+            for column in {TIME_COLUMN[table], "opened_at"} & set(template.column_names):
+                moved = (F.col(column).cast("double") * 1000).cast("long") + F.col("start_ms")
+                rows = rows.withColumn(column, F.timestamp_millis(moved))
+            rows = rows.withColumn("node", F.concat(F.lit("node-"), F.col("node_index").cast("string")))
+            rows = rows.withColumn("process", F.concat(F.col("node"), F.lit("-1")))
+            chunks = -(-len(template) // BATCH_ROWS)
+            # A message holds up to BATCH_ROWS rows of one process, as a web process sends them.
+            rows = rows.withColumn("chunk", F.pmod(F.monotonically_increasing_id(), F.lit(chunks)))
+            columns = list(SCHEMAS[table].names)
+            batches = rows.groupBy("process", "chunk").agg(F.collect_list(F.struct(*columns)).alias("rows"))
+            header = F.struct(F.lit(HEADER).alias("key"), F.lit(bytearray(header_value(table))).alias("value"))
+            batches.select(
+                F.col("process").alias("key"),
+                to_avro(F.col("rows"), json.dumps(avro_batch_schema(table))).alias("value"),
+                F.array(header).alias("headers"),
+            ).write.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers).option(
+                "topic", topic
+            ).save()
+            messages += NODES * chunks
     return messages
 
 
