@@ -112,19 +112,29 @@ def _add_minutes(result: Rollup, sums: DataFrame, names: Sequence[str]) -> None:
 
 
 def _deliveries(frame: DataFrame, result: Rollup) -> None:
-    frame = frame.withColumn("minute", _minute("second"))
+    """One pass over the rows (they are most of the log, read from Kafka for each pass): each row is exploded into
+    its histogram's buckets, and its counts ride on its first bucket only, so one aggregation per route, topic,
+    minute and bucket gives both the buckets and, summed over them, the minute's counts."""
     keys = ("route", "topic", "minute")
-    sums = frame.groupBy(*keys).agg(F.count(F.lit(1)).alias("rows"), *(F.sum(name).alias(name) for name in TRAFFIC))
-    _add_minutes(result, sums, TRAFFIC)
-    buckets = (
-        frame.select(*keys, F.explode("latency").alias("bucket", "count"))
-        .withColumn("bucket", F.col("bucket").cast("int"))  # map keys are strings on the topic
-        .groupBy(*keys, "bucket")
-        .agg(F.sum("count").alias("count"))
+    first = F.col("position").isNull() | (F.col("position") == 0)  # a row without buckets has one, null, position
+    sums = (
+        frame.withColumn("minute", _minute("second"))
+        .select(*keys, *TRAFFIC, F.posexplode_outer("latency").alias("position", "bucket", "count"))
+        .groupBy(*keys, F.col("bucket").cast("int").alias("bucket"))  # map keys are strings on the topic
+        .agg(
+            F.sum(F.when(first, 1).otherwise(0)).alias("rows"),
+            *(F.sum(F.when(first, F.col(name)).otherwise(0)).alias(name) for name in TRAFFIC),
+            F.sum("count").alias("count"),
+        )
     )
-    for row in _rows(buckets):
-        key = (row["route"], row["topic"], row["minute"], row["bucket"])
-        result.latency[key] = result.latency.get(key, 0) + row["count"]
+    for row in _rows(sums):
+        result.rows_in += row["rows"]
+        target = result.minute(row["route"], row["topic"], row["minute"])
+        for name in TRAFFIC:
+            target[name] += row[name] or 0
+        if row["bucket"] is not None:
+            key = (row["route"], row["topic"], row["minute"], row["bucket"])
+            result.latency[key] = result.latency.get(key, 0) + row["count"]
 
 
 def _count(condition: Any) -> Any:
