@@ -63,6 +63,7 @@ NODES = 4
 ROUTES = 100
 PARTITIONS = 4
 HOURS = 24
+COMPRESSION = os.environ.get("BENCH_COMPRESSION", "lz4")
 
 
 def delivery_template(rows: int, seconds: int, rng: random.Random) -> pa.Table:
@@ -188,8 +189,8 @@ def send_logs(
                 to_avro(F.col("rows"), json.dumps(avro_batch_schema(table))).alias("value"),
                 F.array(header).alias("headers"),
             ).write.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers).option(
-                "topic", topic
-            ).save()
+                "kafka.compression.type", COMPRESSION
+            ).option("topic", topic).save()
             messages += NODES * chunks
     return messages
 

@@ -350,6 +350,8 @@ class LogTopic:
                     "client.id": f"{self.kafka.client_id}-delivery-log",
                     "enable.idempotence": True,  # retries keep the order of the process's rows
                     "linger.ms": 100,
+                    # Rows repeat their route, topic and process: lz4 shrinks what the rollup reads from Kafka.
+                    "compression.type": "lz4",
                     "queue.buffering.max.kbytes": self.buffer_kbytes,
                     "message.timeout.ms": int(self.timeout_s * 1000),
                 }
