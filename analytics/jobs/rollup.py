@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -114,10 +115,10 @@ def _add_minutes(result: Rollup, sums: DataFrame, names: Sequence[str]) -> None:
 def _deliveries(frame: DataFrame, result: Rollup) -> None:
     """One pass over the rows (they are most of the log, read from Kafka for each pass): each row is exploded into
     its histogram's buckets, and its counts ride on its first bucket only, so one aggregation per route, topic,
-    minute and bucket gives both the buckets and, summed over them, the minute's counts."""
+    minute and bucket, kept for the two collections below, gives both the buckets and the minute's counts."""
     keys = ("route", "topic", "minute")
     first = F.col("position").isNull() | (F.col("position") == 0)  # a row without buckets has one, null, position
-    sums = (
+    per_bucket = (
         frame.withColumn("minute", _minute("second"))
         .select(*keys, *TRAFFIC, F.posexplode_outer("latency").alias("position", "bucket", "count"))
         .groupBy(*keys, F.col("bucket").cast("int").alias("bucket"))  # map keys are strings on the topic
@@ -126,15 +127,14 @@ def _deliveries(frame: DataFrame, result: Rollup) -> None:
             *(F.sum(F.when(first, F.col(name)).otherwise(0)).alias(name) for name in TRAFFIC),
             F.sum("count").alias("count"),
         )
+        .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    for row in _rows(sums):
-        result.rows_in += row["rows"]
-        target = result.minute(row["route"], row["topic"], row["minute"])
-        for name in TRAFFIC:
-            target[name] += row[name] or 0
-        if row["bucket"] is not None:
-            key = (row["route"], row["topic"], row["minute"], row["bucket"])
-            result.latency[key] = result.latency.get(key, 0) + row["count"]
+    sums = per_bucket.groupBy(*keys).agg(*(F.sum(name).alias(name) for name in ("rows", *TRAFFIC)))
+    _add_minutes(result, sums, TRAFFIC)
+    for row in _rows(per_bucket.where(F.col("bucket").isNotNull()).select(*keys, "bucket", "count")):
+        key = (row["route"], row["topic"], row["minute"], row["bucket"])
+        result.latency[key] = result.latency.get(key, 0) + row["count"]
+    per_bucket.unpersist()
 
 
 def _count(condition: Any) -> Any:
