@@ -12,10 +12,10 @@ from analytics.models import RollupRun
 
 @admin.register(RollupRun)
 class RollupRunAdmin(admin.ModelAdmin[RollupRun]):
-    list_display = ("started_at", "finished_at", "trigger", "status", "files", "rows_in", "rows_out", "duration_s")
+    list_display = ("started_at", "finished_at", "trigger", "status", "messages", "rows_in", "rows_out", "duration_s")
     list_filter = ("status", "trigger")
     readonly_fields = (
-        "started_at", "finished_at", "trigger", "status", "files", "rows_in", "rows_out", "duration_s", "error",
+        "started_at", "finished_at", "trigger", "status", "messages", "rows_in", "rows_out", "duration_s", "error",
     )  # fmt: skip
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -1,7 +1,8 @@
-"""Rollups of the delivery log, and the record of each rollup run and of the files it added.
+"""Rollups of the delivery log, and the record of each rollup run, of the log's offsets it read up to, and of the
+processes that write the log.
 
-Every number is a sum that later files add to (docs/analytics.md); a file is added once, recorded in
-`RolledUpFile` in the same transaction as the sums it added.
+Every number is a sum that later rows add to (docs/analytics.md); a row is added once: the offsets each run read
+up to (`LogOffset`) are written in the same transaction as the sums it added.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ class RouteMinute(models.Model):
     slow_closes = models.IntegerField(default=0, help_text="Streams closed for falling too far behind.")
     token_expiries = models.IntegerField(default=0)
     route_changes = models.IntegerField(default=0)
+    streams_gone = models.IntegerField(
+        default=0,
+        help_text="Streams of processes whose reports stopped, counted as closed in this minute "
+        "(negative when such a process reported again).",
+    )
 
     class Meta:
         constraints: ClassVar[list[models.BaseConstraint]] = [
@@ -135,7 +141,7 @@ class RollupRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
     trigger = models.CharField(max_length=20, default="schedule", help_text="schedule, command or test.")
-    files = models.IntegerField(default=0)
+    messages = models.IntegerField(default=0, help_text="Delivery-log messages read from Kafka.")
     rows_in = models.BigIntegerField(default=0)
     rows_out = models.BigIntegerField(default=0)
     duration_s = models.FloatField(null=True, blank=True)
@@ -148,13 +154,51 @@ class RollupRun(models.Model):
         return f"rollup {self.started_at:%Y-%m-%d %H:%M:%S} {self.status}"
 
 
-class RolledUpFile(models.Model):
-    """A delivery-log file whose rows the rollup tables hold; never added again."""
+class LogOffset(models.Model):
+    """Where the next run reads a partition of the delivery log's topic: every offset before it is in the sums."""
 
-    path = models.CharField(max_length=500, unique=True, help_text="Relative to DELIVERY_LOG_DIR.")
-    table = models.CharField(max_length=20)
-    rows = models.BigIntegerField()
-    run = models.ForeignKey(RollupRun, on_delete=models.PROTECT, related_name="rolled_up")
+    topic = models.CharField(max_length=249)
+    partition = models.IntegerField()
+    offset = models.BigIntegerField()
+
+    class Meta:
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            models.UniqueConstraint(fields=["topic", "partition"], name="log_offset_key")
+        ]
 
     def __str__(self) -> str:
-        return self.path
+        return f"{self.topic} [{self.partition}] @ {self.offset}"
+
+
+class LogProcess(models.Model):
+    """A web process that wrote the delivery log: when it was last heard of, and whether it is presumed gone (no
+    report for two of its report intervals; its open streams then stop counting)."""
+
+    process = models.CharField(max_length=300, unique=True)
+    node = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    last_seen = models.DateTimeField(help_text="Its newest report or stream row.")
+    report_interval_s = models.FloatField(null=True, blank=True)
+    gone_at = models.DateTimeField(null=True, blank=True, help_text="When its first missed report was due.")
+
+    def __str__(self) -> str:
+        return self.process
+
+
+class ProcessStreams(models.Model):
+    """One process's streams of a route and topic: open (opened minus closed) and counted as open in the minutes
+    (`open` while the process is alive, 0 once it is gone)."""
+
+    process = models.CharField(max_length=300)
+    route = models.CharField(max_length=100)
+    topic = models.CharField(max_length=249)
+    open = models.IntegerField(default=0)
+    counted = models.IntegerField(default=0)
+
+    class Meta:
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            models.UniqueConstraint(fields=["process", "route", "topic"], name="process_streams_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.process} {self.route} {self.topic}"

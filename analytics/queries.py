@@ -7,7 +7,8 @@ and their age's percentiles (`catchup_age_p50_ms`, ...) apart (docs/analytics.md
 
 Streams open: a stream counts in every minute from the one it opened in to the one it closed in, so the number
 open during a minute is every opening up to and including it minus every closing before it (a running sum over
-the whole history, started from what the rows before the range add up to).
+the whole history, started from what the rows before the range add up to). The streams of a process presumed
+gone (its reports stopped) count as closed in the minute its first missed report was due (`streams_gone`).
 """
 
 from __future__ import annotations
@@ -92,13 +93,13 @@ def series(window: Range, route: str | None = None) -> list[dict[str, Any]]:
         for point in window.points()
     }
     per_minute: dict[datetime, list[int]] = defaultdict(lambda: [0, 0])  # minute -> [opened, closed]
-    for row in _minutes(RouteMinute, window, route).values("minute", *COUNTS):
+    for row in _minutes(RouteMinute, window, route).values("minute", "streams_gone", *COUNTS):
         point = points.get(_floor(row["minute"], window.step))
         if point is not None:
             for name in COUNTS:
                 point[name] += row[name]
         per_minute[row["minute"]][0] += row["streams_opened"]
-        per_minute[row["minute"]][1] += row["streams_closed"]
+        per_minute[row["minute"]][1] += row["streams_closed"] + row["streams_gone"]
     _streams_open(points, per_minute, window, route)
     for row in _minutes(RefusalMinute, window, route).values("minute", "count"):
         point = points.get(_floor(row["minute"], window.step))
@@ -119,8 +120,8 @@ def _streams_open(
     before = RouteMinute.objects.filter(minute__lt=window.start)
     if route is not None:
         before = before.filter(route=route)
-    sums = before.aggregate(opened=Sum("streams_opened"), closed=Sum("streams_closed"))
-    open_now = (sums["opened"] or 0) - (sums["closed"] or 0)
+    sums = before.aggregate(opened=Sum("streams_opened"), closed=Sum("streams_closed"), gone=Sum("streams_gone"))
+    open_now = (sums["opened"] or 0) - (sums["closed"] or 0) - (sums["gone"] or 0)
     minute, closed_before = window.start.replace(second=0, microsecond=0), 0
     while minute < window.end:
         opened, closed = per_minute.get(minute, (0, 0))
@@ -181,7 +182,7 @@ def freshness() -> dict[str, Any]:
         else {
             "started_at": last.started_at,
             "status": last.status,
-            "files": last.files,
+            "messages": last.messages,
             "rows_in": last.rows_in,
             "duration_s": last.duration_s,
             "error": last.error.splitlines()[-1] if last.error else "",

@@ -1,8 +1,13 @@
-"""Running the rollup: which delivery-log files are new, the Spark job over them, and the sums into Postgres.
+"""Running the rollup: which range of the delivery log is new, the Spark job over it, and the sums into Postgres.
 
-One run at a time (a Postgres advisory lock: a second run while one holds it is recorded as skipped). The sums
-and the record of the files they came from are written in one transaction, adding to what earlier runs wrote,
-so a run that fails leaves nothing behind and its retry adds each file exactly once.
+One run at a time (a Postgres advisory lock: a second run while one holds it is recorded as skipped). Each run
+reads every partition of the log's topic from the offset the last successful run recorded up to the end it finds
+when it starts; the sums and the new offsets are written in one transaction, adding to what earlier runs wrote,
+so a run that fails leaves nothing behind and its retry adds each row exactly once.
+
+Streams open: each process reports every few seconds; a process not heard of for two of its report intervals is
+presumed gone, and its streams still open are counted closed (`streams_gone`) in the minute its first missed
+report was due. A process presumed gone that reports again is counted back.
 """
 
 from __future__ import annotations
@@ -12,47 +17,62 @@ import logging
 import time
 import traceback
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pyarrow.parquet as pq
+from confluent_kafka import Consumer, TopicPartition
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Model
+from django.db.models import F, Model, Q
 from django.utils import timezone
 
-from analytics.jobs.rollup import SESSION_COUNTS, TRAFFIC, Rollup, rollup
+from analytics.jobs.rollup import GONE, SESSION_COUNTS, TRAFFIC, Rollup, rollup
+from analytics.jobs.source import LogFrames, LogRange
 from analytics.jobs.spark import spark_session
 from analytics.models import (
     CatchupAgeBucket,
     IdentityMinute,
     LatencyBucket,
+    LogOffset,
+    LogProcess,
+    ProcessStreams,
     RefusalMinute,
-    RolledUpFile,
     RollupRun,
     RouteMinute,
 )
-from streams.telemetry.delivery_schema import TABLES
+from config.kafka_settings import KafkaSettings
+from streams.kafka.admin import ensure_topic
 
 log = logging.getLogger(__name__)
 
 LOCK_KEY = 0x53534B41  # the rollup's advisory lock ("SSKA")
 
 
-def new_files(directory: Path) -> dict[str, list[Path]]:
-    """Complete files of each table not rolled up yet (files being written start with "." and are skipped)."""
-    done = set(RolledUpFile.objects.values_list("path", flat=True))
-    found: dict[str, list[Path]] = {}
-    for table in TABLES:
-        paths = sorted(
-            path
-            for path in (directory / table).rglob("*.parquet")
-            if not path.name.startswith((".", "_")) and str(path.relative_to(directory)) not in done
-        )
-        if paths:
-            found[table] = paths
-    return found
+def log_range(kafka: KafkaSettings, topic: str) -> LogRange:
+    """Every partition of the topic, from the offset recorded by the last successful run (or the first offset
+    Kafka still holds) to its end now. Creates the topic when it does not exist yet."""
+    ensure_topic(
+        kafka,
+        topic,
+        partitions=settings.DELIVERY_LOG_PARTITIONS,
+        config={"retention.ms": str(settings.DELIVERY_LOG_RETENTION_H * 3600 * 1000)},
+    )
+    consumer = Consumer(kafka.consumer_config())
+    try:
+        metadata = consumer.list_topics(topic, timeout=kafka.metadata_timeout_s).topics[topic]
+        if metadata.error is not None:
+            raise RuntimeError(f"delivery log topic {topic}: {metadata.error}")
+        recorded = dict(LogOffset.objects.filter(topic=topic).values_list("partition", "offset"))
+        start, end = {}, {}
+        for partition in sorted(metadata.partitions):
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=kafka.metadata_timeout_s
+            )
+            start[partition] = max(recorded.get(partition, low), low)
+            end[partition] = max(high, start[partition])
+    finally:
+        consumer.close()
+    return LogRange(topic, start, end, {"bootstrap.servers": kafka.bootstrap_servers})
 
 
 @contextlib.contextmanager
@@ -69,9 +89,10 @@ def exclusive() -> Iterator[bool]:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
 
 
-def run_rollup(*, trigger: str = "schedule", directory: Path | None = None, master: str | None = None) -> RollupRun:
-    """Roll up every new file once; returns the run's record (done, skipped or, having raised, failed)."""
-    directory = Path(directory or settings.DELIVERY_LOG_DIR)
+def run_rollup(*, trigger: str = "schedule", topic: str | None = None, master: str | None = None) -> RollupRun:
+    """Roll up every row the log gained since the last successful run, once; returns the run's record (done,
+    skipped or, having raised, failed)."""
+    topic = topic or settings.DELIVERY_LOG_TOPIC
     with exclusive() as got:
         if not got:
             return RollupRun.objects.create(
@@ -80,24 +101,23 @@ def run_rollup(*, trigger: str = "schedule", directory: Path | None = None, mast
         run = RollupRun.objects.create(trigger=trigger)
         started = time.monotonic()
         try:
-            files = new_files(directory)
+            now = time.time()
+            found = log_range(settings.KAFKA, topic)
             result = Rollup()
-            if files:
-                job_input = {table: [str(path) for path in paths] for table, paths in files.items()}
-                result = rollup(spark_session(master or settings.SPARK_MASTER), job_input)
+            if found.messages:
+                frames = LogFrames(spark_session(master or settings.SPARK_MASTER), found)
+                try:
+                    result = rollup(frames.tables)
+                finally:
+                    frames.release()
+                if frames.skipped:
+                    log.warning("rollup: %d messages of another schema version skipped", frames.skipped)
             with transaction.atomic():
+                track_processes(result, now)
                 write(result)
-                RolledUpFile.objects.bulk_create(
-                    RolledUpFile(
-                        path=str(path.relative_to(directory)),
-                        table=table,
-                        rows=pq.ParquetFile(path).metadata.num_rows,
-                        run=run,
-                    )
-                    for table, paths in files.items()
-                    for path in paths
-                )
-                run.files = sum(len(paths) for paths in files.values())
+                for partition, offset in found.end.items():
+                    LogOffset.objects.update_or_create(topic=topic, partition=partition, defaults={"offset": offset})
+                run.messages = found.messages
                 run.rows_in, run.rows_out = result.rows_in, result.rows_out
                 run.status, run.finished_at = RollupRun.Status.DONE, timezone.now()
                 run.duration_s = time.monotonic() - started
@@ -111,9 +131,45 @@ def run_rollup(*, trigger: str = "schedule", directory: Path | None = None, mast
     return run
 
 
+def track_processes(result: Rollup, now: float) -> None:
+    """Record what the result says of each process, decide which are gone, and add to `result` the streams
+    whose counting as open changes (`streams_gone`)."""
+    for process, seen in result.processes.items():
+        last_seen = datetime.fromtimestamp(seen.last_ms / 1000, tz=UTC)
+        known, created = LogProcess.objects.get_or_create(
+            process=process, defaults={"node": seen.node, "pid": seen.pid, "last_seen": last_seen}
+        )
+        if not created:
+            known.last_seen = max(known.last_seen, last_seen)
+        if seen.interval_ms is not None:
+            known.report_interval_s = seen.interval_ms / 1000
+        known.save()
+    for (process, route, topic), delta in result.process_streams.items():
+        row, _ = ProcessStreams.objects.get_or_create(process=process, route=route, topic=topic)
+        ProcessStreams.objects.filter(pk=row.pk).update(open=F("open") + delta, counted=F("counted") + delta)
+    # The processes still counted as alive, and those just heard of (one presumed gone may be back).
+    for known in LogProcess.objects.filter(Q(gone_at__isnull=True) | Q(process__in=list(result.processes))):
+        interval = timedelta(seconds=known.report_interval_s or settings.DELIVERY_LOG_REPORT_S)
+        alive = datetime.fromtimestamp(now, tz=UTC) - known.last_seen <= 2 * interval
+        if not alive and known.gone_at is None:
+            known.gone_at = known.last_seen + interval
+            known.save(update_fields=["gone_at"])
+        elif alive and known.gone_at is not None:
+            known.gone_at = None
+            known.save(update_fields=["gone_at"])
+        when = known.last_seen if known.gone_at is None else known.gone_at
+        minute = int(when.timestamp()) // 60 * 60
+        for streams in ProcessStreams.objects.filter(process=known.process):
+            target = streams.open if known.gone_at is None else 0
+            if streams.counted != target:
+                result.minute(streams.route, streams.topic, minute)[GONE] += streams.counted - target
+                streams.counted = target
+                streams.save(update_fields=["counted"])
+
+
 def write(result: Rollup) -> None:
     """Add `result` to the rollup tables (insert, or add to the row already there)."""
-    counts = (*TRAFFIC, *SESSION_COUNTS)
+    counts = (*TRAFFIC, *SESSION_COUNTS, GONE)
     _add(
         RouteMinute,
         ("route", "topic", "minute"),

@@ -16,7 +16,13 @@ ROLLUP_TASK = "analytics.tasks.rollup_delivery_log"
     name=ROLLUP_TASK, autoretry_for=(Exception,), retry_backoff=5, max_retries=3, acks_late=True
 )
 def rollup_delivery_log(trigger: str = "schedule") -> dict[str, Any]:
-    """Roll up the new delivery-log files. A failed run wrote nothing and is retried; a run that finds another
+    """Roll up the delivery log's new rows. A failed run wrote nothing and is retried; a run that finds another
     one running is recorded as skipped."""
     run = run_rollup(trigger=trigger)
-    return {"run": run.pk, "status": run.status, "files": run.files, "rows_in": run.rows_in, "rows_out": run.rows_out}
+    return {
+        "run": run.pk,
+        "status": run.status,
+        "messages": run.messages,
+        "rows_in": run.rows_in,
+        "rows_out": run.rows_out,
+    }

@@ -1,42 +1,69 @@
-"""Benchmark of the analytics rollup: a busy day of delivery logs, rolled up by Spark.
+"""Benchmark of the analytics rollup: a busy day of delivery logs on the log's Kafka topic, rolled up by Spark.
 
-    .venv/bin/python bench/analytics.py                 # 1M and 10M delivery rows, local[2]
-    .venv/bin/python bench/analytics.py --rows 1000000  # one size
+    platform/with-services.sh --only kafka -- .venv/bin/python bench/analytics.py   # 1M and 10M rows, local[2]
+    .venv/bin/python bench/analytics.py --rows 1000000    # one size, on KAFKA_BOOTSTRAP_SERVERS
 
-For each size it writes a day of delivery logs as 4 web processes would (100 routes, 4 partitions each,
-per-second delivery rows with latency histograms, a session opening and closing per stream, refusals), one file
-per process, table and hour, then times the rollup job on `--master` (default local[2]) with a warm session.
-It then times the minute-by-minute case: one minute of logs from the 4 processes, rolled up by the same warm
-session. Files go under var/bench/analytics-<rows>/ and are removed afterwards (--keep keeps them).
-The table is printed on stdout.
+For each size it sends a day of delivery logs to a topic of its own (4 partitions) as 4 web processes would
+(100 routes, 4 partitions each, per-second delivery rows with latency histograms, a session opening and closing
+per stream, refusals, a report every 15 s), in the log's encoding (streams/telemetry/delivery_schema.py: Avro
+arrays of up to BATCH_ROWS rows, keyed by process). Spark itself writes them (to_avro and its Kafka sink: a
+Python producer would take minutes for 10 M rows); one message is decoded back with fastavro, as a check that
+they are what a web process sends. It then times the rollup job, reading the whole topic with Spark's Kafka
+source on `--master` (default local[2]) with a warm session, and the minute-by-minute case: one minute of logs
+from the 4 processes, read and rolled up by the same warm session. The topics are deleted afterwards (--keep
+keeps them). The table is printed on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
+import os
 import random
-import shutil
 import sys
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import fastavro
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import to_avro
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analytics.jobs.rollup import rollup  # noqa: E402
+from analytics.jobs.rollup import Rollup, rollup  # noqa: E402
+from analytics.jobs.source import LogFrames, LogRange  # noqa: E402
 from analytics.jobs.spark import spark_session  # noqa: E402
-from streams.telemetry.delivery_schema import DELIVERIES, REFUSALS, SCHEMAS, SESSIONS, bucket  # noqa: E402
+from config.kafka_settings import KafkaSettings  # noqa: E402
+from streams.kafka.admin import ensure_topic  # noqa: E402
+from streams.telemetry.delivery_schema import (  # noqa: E402
+    BATCH_ROWS,
+    DELIVERIES,
+    HEADER,
+    REFUSALS,
+    REPORTS,
+    SCHEMA_VERSION,
+    SCHEMAS,
+    SESSIONS,
+    TIME_COLUMN,
+    avro_batch_schema,
+    bucket,
+    header_value,
+)
 
 DAY = datetime(2026, 11, 21, tzinfo=UTC)
 NODES = 4
 ROUTES = 100
 PARTITIONS = 4
 HOURS = 24
+COMPRESSION = os.environ.get("BENCH_COMPRESSION", "lz4")
 
 
 def delivery_template(rows: int, seconds: int, rng: random.Random) -> pa.Table:
@@ -55,12 +82,13 @@ def delivery_template(rows: int, seconds: int, rng: random.Random) -> pa.Table:
             index_ = bucket(int(rng.lognormvariate(3, 1)))
             histogram[index_] = histogram.get(index_, 0) + count // 3
         histogram[bucket(5)] = histogram.get(bucket(5), 0) + count - 3 * (count // 3)
-        latency.append(sorted(histogram.items()))
+        latency.append([(str(key), value) for key, value in sorted(histogram.items())])
     return pa.Table.from_pydict(
         {
-            "schema_version": [1] * rows,
+            "schema_version": [SCHEMA_VERSION] * rows,
             "node": ["node-0"] * rows,
             "pid": [1] * rows,
+            "process": ["p"] * rows,
             "second": second,
             "route": route,
             "topic": [name.replace("route", "topic") for name in route],
@@ -70,7 +98,7 @@ def delivery_template(rows: int, seconds: int, rng: random.Random) -> pa.Table:
             "writes": writes,
             "latency": latency,
         },
-        schema=SCHEMAS[DELIVERIES],
+        schema=_on_the_topic(DELIVERIES),
     )
 
 
@@ -80,7 +108,8 @@ def session_template(streams: int, seconds: int, rng: random.Random) -> pa.Table
         opened = rng.randrange(seconds) * 1000
         closed = min(opened + rng.randrange(1, 600) * 1000, (seconds - 1) * 1000)
         base = {
-            "schema_version": 1, "node": "node-0", "pid": 1, "session": f"s{index}", "opened_at": opened,
+            "schema_version": SCHEMA_VERSION, "node": "node-0", "pid": 1, "process": "p", "session": f"s{index}",
+            "opened_at": opened,
             "route": f"route-{rng.randrange(ROUTES)}", "endpoint": "default", "topic": "topic", "path": "/x",
             "identity": f"id{rng.randrange(500)}", "client": "c", "user_agent": "chrome",
             "start": rng.choice(["fresh", "resumed", "resumed", "since"]), "resets": 0,
@@ -93,10 +122,29 @@ def session_template(streams: int, seconds: int, rng: random.Random) -> pa.Table
     return pa.Table.from_pylist(rows, schema=SCHEMAS[SESSIONS])
 
 
+def report_template(seconds: int) -> pa.Table:
+    rows = [
+        {"schema_version": SCHEMA_VERSION, "node": "node-0", "pid": 1, "process": "p", "at": at * 1000,
+         "interval_ms": 15_000, "open": 100}
+        for at in range(0, seconds, 15)
+    ]  # fmt: skip
+    return pa.Table.from_pylist(rows, schema=SCHEMAS[REPORTS])
+
+
+def _on_the_topic(table: str) -> pa.Schema:
+    """The table's schema as the topic carries it: a map's keys are strings (Avro's map keys are)."""
+    fields = [
+        pa.field(f.name, pa.map_(pa.string(), f.type.item_type)) if pa.types.is_map(f.type) else f
+        for f in SCHEMAS[table]
+    ]
+    return pa.schema(fields)
+
+
 def refusal_template(rows: int, seconds: int, rng: random.Random) -> pa.Table:
     return pa.Table.from_pylist(
         [
-            {"schema_version": 1, "node": "node-0", "pid": 1, "second": rng.randrange(seconds) * 1000,
+            {"schema_version": SCHEMA_VERSION, "node": "node-0", "pid": 1, "process": "p",
+             "second": rng.randrange(seconds) * 1000,
              "route": f"route-{rng.randrange(ROUTES)}", "status": 401, "reason": "unauthorized", "count": 1}
             for _ in range(rows)
         ],
@@ -104,46 +152,105 @@ def refusal_template(rows: int, seconds: int, rng: random.Random) -> pa.Table:
     )  # fmt: skip
 
 
-def shifted(table: pa.Table, column: str, start: datetime, node: int) -> pa.Table:
-    """`table` moved to `start` and written by `node-<node>`."""
-    offset = pa.scalar(int(start.timestamp() * 1000), pa.int64())
-    moved = pc.add(table.column(column).cast(pa.int64()), offset).cast(pa.timestamp("ms", tz="UTC"))
-    table = table.set_column(table.schema.get_field_index(column), column, moved)
-    if column == "at":
-        opened = pc.add(table.column("opened_at").cast(pa.int64()), offset).cast(pa.timestamp("ms", tz="UTC"))
-        table = table.set_column(table.schema.get_field_index("opened_at"), "opened_at", opened)
-    return table.set_column(1, "node", pa.array([f"node-{node}"] * len(table)))
-
-
-def write_logs(directory: Path, delivery_rows: int, seconds: int, hours: int) -> dict[str, list[str]]:
-    """Delivery logs of `hours` files per process and table, `delivery_rows` delivery rows in all."""
+def send_logs(
+    spark: SparkSession, kafka: KafkaSettings, topic: str, delivery_rows: int, *, seconds: int, hours: int
+) -> int:
+    """Send `hours` hours of logs of NODES processes to `topic`, `delivery_rows` delivery rows in all; returns
+    the messages sent."""
     rng = random.Random(1)
-    per_file = delivery_rows // (hours * NODES)
+    per_hour = delivery_rows // (hours * NODES)
     templates = {
-        DELIVERIES: (delivery_template(per_file, seconds, rng), "second"),
-        SESSIONS: (session_template(max(10, per_file // 50), seconds, rng), "at"),
-        REFUSALS: (refusal_template(max(10, per_file // 100), seconds, rng), "second"),
+        DELIVERIES: delivery_template(per_hour, seconds, rng),
+        SESSIONS: session_template(max(10, per_hour // 50), seconds, rng),
+        REFUSALS: refusal_template(max(10, per_hour // 100), seconds, rng),
+        REPORTS: report_template(seconds),
     }
-    files: dict[str, list[str]] = {table: [] for table in templates}
-    for hour in range(hours):
-        start = DAY + timedelta(hours=hour)
-        for node in range(NODES):
-            for table, (template, column) in templates.items():
-                folder = directory / table / f"date={start:%Y-%m-%d}" / f"hour={start:%H}"
-                folder.mkdir(parents=True, exist_ok=True)
-                path = folder / f"node-{node}-1-{hour}.parquet"
-                pq.write_table(shifted(template, column, start, node), path)
-                files[table].append(str(path))
-    return files
+    messages = 0
+    for hour in range(hours):  # an hour at a time: a day of 10 M rows at once needs more than the driver's memory
+        grid = spark.createDataFrame(
+            [(hour, node, int((DAY + timedelta(hours=hour)).timestamp() * 1000)) for node in range(NODES)],
+            "hour int, node_index int, start_ms long",
+        )
+        for table, template in templates.items():
+            rows = spark.createDataFrame(template).crossJoin(F.broadcast(grid))
+            for column in {TIME_COLUMN[table], "opened_at"} & set(template.column_names):
+                moved = (F.col(column).cast("double") * 1000).cast("long") + F.col("start_ms")
+                rows = rows.withColumn(column, F.timestamp_millis(moved))
+            rows = rows.withColumn("node", F.concat(F.lit("node-"), F.col("node_index").cast("string")))
+            rows = rows.withColumn("process", F.concat(F.col("node"), F.lit("-1")))
+            chunks = -(-len(template) // BATCH_ROWS)
+            # A message holds up to BATCH_ROWS rows of one process, as a web process sends them.
+            rows = rows.withColumn("chunk", F.pmod(F.monotonically_increasing_id(), F.lit(chunks)))
+            columns = list(SCHEMAS[table].names)
+            batches = rows.groupBy("process", "chunk").agg(F.collect_list(F.struct(*columns)).alias("rows"))
+            header = F.struct(F.lit(HEADER).alias("key"), F.lit(bytearray(header_value(table))).alias("value"))
+            batches.select(
+                F.col("process").alias("key"),
+                to_avro(F.col("rows"), json.dumps(avro_batch_schema(table))).alias("value"),
+                F.array(header).alias("headers"),
+            ).write.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers).option(
+                "kafka.compression.type", COMPRESSION
+            ).option("topic", topic).save()
+            messages += NODES * chunks
+    return messages
+
+
+def ends(kafka: KafkaSettings, topic: str) -> dict[int, int]:
+    consumer = Consumer(kafka.consumer_config())
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+    finally:
+        consumer.close()
+
+
+def check_one_message(kafka: KafkaSettings, topic: str) -> None:
+    """The first deliveries message decodes with fastavro as the web processes' own would."""
+    consumer = Consumer({**kafka.consumer_config(), "auto.offset.reset": "earliest", "group.id": uuid.uuid4().hex})
+    consumer.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            message = consumer.poll(1)
+            if message is None or message.error():
+                continue
+            if dict(message.headers() or [])[HEADER] == header_value(DELIVERIES):
+                schema = fastavro.parse_schema(avro_batch_schema(DELIVERIES))
+                rows = fastavro.schemaless_reader(io.BytesIO(message.value() or b""), schema, None)
+                if not (isinstance(rows, list) and rows and "latency" in rows[0]):
+                    raise SystemExit(f"a deliveries message did not decode as the log's encoding: {rows!r:.200}")
+                return
+        raise SystemExit("no deliveries message read back")
+    finally:
+        consumer.close()
+
+
+def timed_rollup(spark: SparkSession, kafka: KafkaSettings, topic: str) -> tuple[Rollup, float]:
+    started = time.monotonic()
+    end = ends(kafka, topic)
+    frames = LogFrames(
+        spark, LogRange(topic, dict.fromkeys(end, 0), end, {"bootstrap.servers": kafka.bootstrap_servers})
+    )
+    result = rollup(frames.tables)
+    frames.release()
+    return result, time.monotonic() - started
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default="1000000,10000000", help="delivery rows per run, comma-separated")
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--keep", action="store_true", help="keep the generated files")
+    parser.add_argument("--keep", action="store_true", help="keep the topics")
     options = parser.parse_args()
     sizes = [int(value) for value in options.rows.split(",")]
+    kafka = KafkaSettings(bootstrap_servers=os.environ["KAFKA_BOOTSTRAP_SERVERS"])
+    topics: list[str] = []
+
+    def new_topic(name: str) -> str:
+        topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
+        ensure_topic(kafka, topic, partitions=4)
+        topics.append(topic)
+        return topic
 
     print(f"starting Spark on {options.master}...", file=sys.stderr)
     started = time.monotonic()
@@ -152,43 +259,39 @@ def main() -> None:
     cold = time.monotonic() - started
 
     table = [
-        "| case | delivery rows | all rows in | files | rows out | seconds | rows/s |",
+        "| case | delivery rows | all rows in | messages | rows out | seconds | rows/s |",
         "|---|---|---|---|---|---|---|",
     ]
-    for size in sizes:
-        directory = ROOT / "var" / "bench" / f"analytics-{size}"
-        shutil.rmtree(directory, ignore_errors=True)
-        print(f"writing a day of logs with {size:,} delivery rows...", file=sys.stderr)
-        files = write_logs(directory, size, 3600, HOURS)
-        started = time.monotonic()
-        result = rollup(spark, files)
-        took = time.monotonic() - started
-        count = sum(len(paths) for paths in files.values())
-        table.append(
-            f"| a day, {options.master} | {size:,} | {result.rows_in:,} | {count} | {result.rows_out:,} | "
-            f"{took:.1f} | {result.rows_in / took:,.0f} |"
-        )
-        print(table[-1], file=sys.stderr)
-        if not options.keep:
-            shutil.rmtree(directory, ignore_errors=True)
+    try:
+        for size in sizes:
+            topic = new_topic(f"analytics-{size}")
+            print(f"sending a day of logs with {size:,} delivery rows...", file=sys.stderr)
+            messages = send_logs(spark, kafka, topic, size, seconds=3600, hours=HOURS)
+            check_one_message(kafka, topic)
+            result, took = timed_rollup(spark, kafka, topic)
+            table.append(
+                f"| a day, {options.master} | {size:,} | {result.rows_in:,} | {messages:,} | {result.rows_out:,} | "
+                f"{took:.1f} | {result.rows_in / took:,.0f} |"
+            )
+            print(table[-1], file=sys.stderr)
 
-    directory = ROOT / "var" / "bench" / "analytics-minute"
-    shutil.rmtree(directory, ignore_errors=True)
-    minute_rows = ROUTES * PARTITIONS * 60  # every route's partitions, every second, on one process in all
-    files = write_logs(directory, minute_rows, 60, 1)
-    timings = []
-    result = rollup(spark, files)  # the first run on these files compiles the plan; it is not timed
-    for _ in range(3):
-        started = time.monotonic()
-        result = rollup(spark, files)
-        timings.append(time.monotonic() - started)
-    count = sum(len(paths) for paths in files.values())
-    table.append(
-        f"| one minute, warm session (3 runs) | {minute_rows:,} | {result.rows_in:,} | {count} | {result.rows_out:,} | "
-        f"{' / '.join(f'{t:.1f}' for t in timings)} | {result.rows_in / min(timings):,.0f} |"
-    )
-    if not options.keep:
-        shutil.rmtree(directory, ignore_errors=True)
+        topic = new_topic("analytics-minute")
+        minute_rows = ROUTES * PARTITIONS * 60  # every route's partitions, every second, on one process in all
+        messages = send_logs(spark, kafka, topic, minute_rows, seconds=60, hours=1)
+        result, _ = timed_rollup(spark, kafka, topic)  # the first run on this topic compiles the plan; not timed
+        timings = []
+        for _ in range(3):
+            result, took = timed_rollup(spark, kafka, topic)
+            timings.append(took)
+        table.append(
+            f"| one minute, warm session (3 runs) | {minute_rows:,} | {result.rows_in:,} | {messages} | "
+            f"{result.rows_out:,} | {' / '.join(f'{t:.1f}' for t in timings)} | {result.rows_in / min(timings):,.0f} |"
+        )
+    finally:
+        if not options.keep and topics:
+            admin = AdminClient(kafka.admin_config())  # kept while its futures are awaited
+            for future in admin.delete_topics(topics).values():
+                future.result(timeout=30)
     print(f"\nSpark start (cold, {options.master}): {cold:.1f} s\n")
     print("\n".join(table))
 

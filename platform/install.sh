@@ -5,6 +5,8 @@
 #   - Apache Kafka's jars for the embedded broker, copied by Maven from the pom
 #     in platform/kafka/ into a cache outside the checkout (kept across clones;
 #     skipped when the cache for this pom exists),
+#   - Spark's Kafka source and Avro functions for the analytics rollup, copied
+#     the same way from the pom in platform/spark/,
 #   - the tests' schema registry (Apicurio Registry, built already), copied the
 #     same way from the pom in platform/registry/ and unpacked in that cache,
 #   - a Python 3.11 virtualenv at .venv with the project installed
@@ -108,6 +110,20 @@ if [ ! -e "$kafka_jars/.complete" ]; then
     quietly mvn -q -B -f platform/kafka/pom.xml dependency:copy-dependencies \
         -DincludeScope=runtime -DoutputDirectory="$kafka_jars"
     touch "$kafka_jars/.complete"
+    say "done"
+fi
+
+# --- Spark's Kafka source ---------------------------------------------------------
+# spark-sql-kafka-0-10, spark-avro and what they need beyond pyspark's jars, in a directory named after the pom's
+# hash as for Kafka; analytics/jobs/jars.py finds it the same way and the rollup gives them to Spark as local jars.
+spark_jars="$(.venv/bin/python -m analytics.jobs.jars)"
+if [ ! -e "$spark_jars/.complete" ]; then
+    say "fetching Spark's Kafka source with Maven into $spark_jars"
+    rm -rf "$spark_jars"
+    mkdir -p "$spark_jars"
+    quietly mvn -q -B -f platform/spark/pom.xml dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$spark_jars"
+    touch "$spark_jars/.complete"
     say "done"
 fi
 

@@ -1,14 +1,15 @@
-"""The rollup: delivery-log files in, additive per-minute aggregates out.
+"""The rollup: delivery-log rows in, additive per-minute aggregates out.
 
 Every number it produces is a sum (events, bytes, streams opened and closed, starts by kind, ends by reason,
-refusals, the live latency and catch-up age histograms' buckets), so aggregates of different files add up: a file
-that arrives late for a minute already rolled up is simply added to it, and the caller records which files it has
-added, in the same transaction as the sums, so no file is ever added twice. Percentiles come later, from the summed
-histograms (`analytics.percentiles`); concurrency comes from the streams opened and closed per minute (a running
-sum).
+refusals, the live latency and catch-up age histograms' buckets), so aggregates of different ranges of the log add
+up: a row that arrives late for a minute already rolled up is simply added to it, and the caller records the
+offsets it has read, in the same transaction as the sums, so no row is ever added twice. Percentiles come later,
+from the summed histograms (`analytics.percentiles`); concurrency comes from the streams opened and closed per
+minute (a running sum), and from each process's reports, which say whether it is still alive.
 
-Input: the files of each table (streams/telemetry/delivery_schema.py). Output: plain rows, small enough to collect: one
-per route, topic and minute (and per bucket, reason, identity). Minutes are epoch seconds, multiples of 60.
+Input: one DataFrame per table (streams/telemetry/delivery_schema.py; read by `analytics.jobs.source`). Output:
+plain rows, small enough to collect: one per route, topic and minute (and per bucket, reason, identity, process).
+Minutes are epoch seconds, multiples of 60.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streams.telemetry.delivery_schema import DELIVERIES, REFUSALS, SESSIONS, End, Event, Start
+from streams.telemetry.delivery_schema import DELIVERIES, REFUSALS, REPORTS, SESSIONS, End, Event, Start
 
 # Per route, topic and minute: the sums a RouteMinute row holds, from each table.
 TRAFFIC = ("events", "bytes", "writes", "catchup_events")
@@ -39,6 +41,8 @@ SESSION_COUNTS = (
     "token_expiries",
     "route_changes",
 )
+# Streams of processes presumed gone, counted as closed (added by the caller, from what it knows of processes).
+GONE = "streams_gone"
 
 
 @dataclass
@@ -50,28 +54,45 @@ class Rollup:
     catchup_age: dict[tuple[str, str, int, int], int] = field(default_factory=dict)  # keyed as `latency`
     refusals: dict[tuple[str, int, int, str], int] = field(default_factory=dict)  # (route, minute, status, reason)
     identities: dict[tuple[str, int, str], tuple[int, int]] = field(default_factory=dict)  # -> (events, sessions)
+    # Per process: the last time it was heard of (ms: its newest report or stream row), its node and pid, and its
+    # report interval (ms; None while no report was read).
+    processes: dict[str, ProcessSeen] = field(default_factory=dict)
+    # Per (process, route, topic): streams opened minus streams closed.
+    process_streams: dict[tuple[str, str, str], int] = field(default_factory=dict)
     rows_in: int = 0
 
     def minute(self, route: str, topic: str, minute: int) -> dict[str, int]:
-        return self.minutes.setdefault((route, topic, minute), dict.fromkeys((*TRAFFIC, *SESSION_COUNTS), 0))
+        return self.minutes.setdefault((route, topic, minute), dict.fromkeys((*TRAFFIC, *SESSION_COUNTS, GONE), 0))
 
     @property
     def rows_out(self) -> int:
         return len(self.minutes) + len(self.latency) + len(self.catchup_age) + len(self.refusals) + len(self.identities)
 
 
-def rollup(spark: SparkSession, files: Mapping[str, Sequence[str]]) -> Rollup:
-    """Aggregate the given files of each table (paths or URLs Spark can read)."""
+@dataclass
+class ProcessSeen:
+    node: str
+    pid: int
+    last_ms: int
+    interval_ms: int | None
+
+    def merge(self, other: ProcessSeen) -> None:
+        self.last_ms = max(self.last_ms, other.last_ms)
+        if other.interval_ms is not None:
+            self.interval_ms = other.interval_ms
+
+
+def rollup(tables: Mapping[str, DataFrame]) -> Rollup:
+    """Aggregate the rows of each table (a table may be missing: no rows)."""
     result = Rollup()
-    deliveries = _read(spark, files.get(DELIVERIES, ()))
-    if deliveries is not None:
-        _deliveries(deliveries, result)
-    sessions = _read(spark, files.get(SESSIONS, ()))
-    if sessions is not None:
-        _sessions(sessions, result)
-    refusals = _read(spark, files.get(REFUSALS, ()))
-    if refusals is not None:
-        _refusals(refusals, result)
+    if DELIVERIES in tables:
+        _deliveries(tables[DELIVERIES], result)
+    if SESSIONS in tables:
+        _sessions(tables[SESSIONS], result)
+    if REFUSALS in tables:
+        _refusals(tables[REFUSALS], result)
+    if REPORTS in tables:
+        _reports(tables[REPORTS], result)
     return result
 
 
@@ -79,10 +100,6 @@ def _rows(frame: DataFrame) -> list[dict[str, Any]]:
     """The frame's rows, moved as Arrow columns: millions of aggregate rows come back several times faster than
     as Row objects."""
     return frame.toArrow().to_pylist()  # type: ignore[no-any-return]
-
-
-def _read(spark: SparkSession, paths: Sequence[str]) -> DataFrame | None:
-    return spark.read.parquet(*paths) if paths else None
 
 
 def _minute(column: str) -> Any:
@@ -100,30 +117,45 @@ def _add_minutes(result: Rollup, sums: DataFrame, names: Sequence[str]) -> None:
 
 
 def _deliveries(frame: DataFrame, result: Rollup) -> None:
-    frame = _with_catchup(frame).withColumn("minute", _minute("second"))
+    """One pass over the rows (they are most of the log, read from Kafka for each pass): each row is exploded into
+    the buckets of both its histograms (`HISTOGRAMS`, told apart by their index), and its counts ride on its first
+    bucket only, so one aggregation per route, topic, minute, histogram and bucket, kept for the two collections
+    below, gives both the buckets and the minute's counts."""
     keys = ("route", "topic", "minute")
-    sums = frame.groupBy(*keys).agg(F.count(F.lit(1)).alias("rows"), *(F.sum(name).alias(name) for name in TRAFFIC))
-    _add_minutes(result, sums, TRAFFIC)
-    for column in HISTOGRAMS:
-        histogram: dict[tuple[str, str, int, int], int] = getattr(result, column)
-        buckets = (
-            frame.select(*keys, F.explode(column).alias("bucket", "count"))
-            .groupBy(*keys, "bucket")
-            .agg(F.sum("count").alias("count"))
+    first = F.col("position").isNull() | (F.col("position") == 0)  # a row without buckets has one, null, position
+    buckets = F.concat(*(_buckets(column, index) for index, column in enumerate(HISTOGRAMS)))
+    per_bucket = (
+        frame.withColumn("minute", _minute("second"))
+        .select(*keys, *TRAFFIC, F.posexplode_outer(buckets).alias("position", "entry"))
+        .groupBy(*keys, F.col("entry.histogram").alias("histogram"), F.col("entry.bucket").alias("bucket"))
+        .agg(
+            F.sum(F.when(first, 1).otherwise(0)).alias("rows"),
+            *(F.sum(F.when(first, F.col(name)).otherwise(0)).alias(name) for name in TRAFFIC),
+            F.sum("entry.count").alias("count"),
         )
-        for row in _rows(buckets):
-            key = (row["route"], row["topic"], row["minute"], row["bucket"])
-            histogram[key] = histogram.get(key, 0) + row["count"]
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    sums = per_bucket.groupBy(*keys).agg(*(F.sum(name).alias(name) for name in ("rows", *TRAFFIC)))
+    _add_minutes(result, sums, TRAFFIC)
+    histograms: list[dict[tuple[str, str, int, int], int]] = [getattr(result, column) for column in HISTOGRAMS]
+    for row in _rows(per_bucket.where(F.col("bucket").isNotNull()).select(*keys, "histogram", "bucket", "count")):
+        histogram = histograms[row["histogram"]]
+        key = (row["route"], row["topic"], row["minute"], row["bucket"])
+        histogram[key] = histogram.get(key, 0) + row["count"]
+    per_bucket.unpersist()
 
 
-def _with_catchup(frame: DataFrame) -> DataFrame:
-    """Rows written before the catch-up columns existed have none: they told no catch-up apart (every event of
-    theirs is in `latency`), so they count none."""
-    if "catchup_events" not in frame.columns:
-        frame = frame.withColumn("catchup_events", F.lit(0).cast("long"))
-    if "catchup_age" not in frame.columns:
-        frame = frame.withColumn("catchup_age", F.create_map().cast("map<smallint,bigint>"))
-    return frame
+def _buckets(column: str, index: int) -> Any:
+    """A histogram column's buckets as (histogram, bucket, count) structs; map keys are strings on the topic."""
+    entries = F.map_entries(F.coalesce(F.col(column), F.create_map().cast("map<string,bigint>")))
+    return F.transform(
+        entries,
+        lambda entry: F.struct(
+            F.lit(index).alias("histogram"),
+            entry["key"].cast("int").alias("bucket"),
+            entry["value"].alias("count"),
+        ),
+    )
 
 
 def _count(condition: Any) -> Any:
@@ -157,6 +189,32 @@ def _sessions(frame: DataFrame, result: Rollup) -> None:
         key = (row["route"], row["minute"], row["identity"])
         events, sessions = result.identities.get(key, (0, 0))
         result.identities[key] = (events + row["events"], sessions + row["sessions"])
+    by_process = frame.groupBy("process", "node", "pid", "route", "topic").agg(
+        (_count(opened) - _count(closed)).alias("open"), F.max(F.col("at").cast("double") * 1000).alias("last_ms")
+    )
+    for row in _rows(by_process):
+        _seen(result, ProcessSeen(row["node"], row["pid"], int(row["last_ms"]), None), row["process"])
+        key = (row["process"], row["route"], row["topic"])
+        result.process_streams[key] = result.process_streams.get(key, 0) + row["open"]
+
+
+def _seen(result: Rollup, seen: ProcessSeen, process: str) -> None:
+    known = result.processes.get(process)
+    if known is None:
+        result.processes[process] = seen
+    else:
+        known.merge(seen)
+
+
+def _reports(frame: DataFrame, result: Rollup) -> None:
+    by_process = frame.groupBy("process", "node", "pid").agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.max(F.col("at").cast("double") * 1000).alias("last_ms"),
+        F.max("interval_ms").alias("interval_ms"),
+    )
+    for row in _rows(by_process):
+        result.rows_in += row["rows"]
+        _seen(result, ProcessSeen(row["node"], row["pid"], int(row["last_ms"]), row["interval_ms"]), row["process"])
 
 
 def _refusals(frame: DataFrame, result: Rollup) -> None:

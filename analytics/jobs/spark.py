@@ -10,6 +10,8 @@ import threading
 
 from pyspark.sql import SparkSession
 
+from analytics.jobs.jars import jars
+
 # py4j logs each connection it closes at INFO, some of them from finalizers at interpreter exit.
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
@@ -36,6 +38,9 @@ def spark_session(master: str) -> SparkSession:
             .config("spark.ui.enabled", "false")
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.shuffle.partitions", "8")
+            # The Kafka source and Avro functions, as local files (platform/install.sh fetched them): the driver
+            # serves them to a cluster's executors, and nothing is resolved from a repository at run time.
+            .config("spark.jars", ",".join(jars()))
         )
         if master.startswith("local"):
             # Everything in this process: keep the block manager on loopback, where it also listens (the host's

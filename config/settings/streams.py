@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from config.env import BASE_DIR, envbool, envint, envlist, envstr
+from config.env import envbool, envint, envlist, envstr
 
 # The retry line and keep-alive interval are per SSE endpoint (bindings.Endpoint), not settings.
 # Paths under these prefixes belong to Django (admin, API, static files, the demo page), never to a route.
@@ -47,13 +45,19 @@ SSE_JWKS_ALLOW_HTTP = envbool("SSE_JWKS_ALLOW_HTTP", False)
 SSE_JWKS_TIMEOUT_S = envint("SSE_JWKS_TIMEOUT_S", default=5, minimum=1, maximum=60)
 SSE_JWKS_MAX_BYTES = envint("SSE_JWKS_MAX_BYTES", default=256 * 1024, minimum=1024)
 
-# The delivery log (docs/delivery-log.md): what each process delivered and refused, as Parquet files the
-# analytics rollup reads. With several nodes, point it at storage every node and the Spark workers share.
+# The delivery log (docs/delivery-log.md): what each process delivered and refused, as rows on a Kafka topic that
+# the analytics rollup reads. The platform creates the topic (on a web process's first row, and before each
+# rollup) with these partitions and this retention: keep it longer than the rollup may be stopped.
 DELIVERY_LOG_ENABLED = envbool("DELIVERY_LOG_ENABLED", True)
-DELIVERY_LOG_DIR = Path(envstr("DELIVERY_LOG_DIR", str(BASE_DIR / "var" / "delivery-log")))
-# Rows are written this often (and at exit): a process that dies loses at most this much of the log.
+DELIVERY_LOG_TOPIC = envstr("DELIVERY_LOG_TOPIC", default="sse-delivery-log")
+DELIVERY_LOG_PARTITIONS = envint("DELIVERY_LOG_PARTITIONS", default=4, minimum=1, maximum=1000)
+DELIVERY_LOG_RETENTION_H = envint("DELIVERY_LOG_RETENTION_H", default=7 * 24, minimum=1)
+# Rows are sent this often (and at exit): a process that dies loses at most this much of the log.
 DELIVERY_LOG_FLUSH_S = envint("DELIVERY_LOG_FLUSH_S", default=5, minimum=1, maximum=300)
-# Rows waiting to be written, at most; past it rows are dropped and counted, streams never wait.
+# Each process reports this often that it is alive; two intervals without a report and the rollup stops counting
+# its streams as open.
+DELIVERY_LOG_REPORT_S = envint("DELIVERY_LOG_REPORT_S", default=15, minimum=1, maximum=300)
+# Rows waiting to be sent, at most; past it rows are dropped and counted, streams never wait.
 DELIVERY_LOG_MAX_ROWS = envint("DELIVERY_LOG_MAX_ROWS", default=100_000, minimum=1000)
 # The key of the hashes that stand for identities and client addresses (default: derived from SECRET_KEY).
 DELIVERY_LOG_SALT = envstr("DELIVERY_LOG_SALT", default="")
@@ -64,7 +68,8 @@ SSE_METRICS_TOKEN = envstr("SSE_METRICS_TOKEN", default="")
 
 # Topics never served, besides Kafka's own (names starting `__`): a name, or a prefix followed by `*`. A route
 # naming one is refused on save; a stream whose template renders one is a 404, as an unknown topic is.
-SSE_INTERNAL_TOPICS = tuple(envlist("SSE_INTERNAL_TOPICS", ["_schemas", "_confluent*"]))
+# The delivery log's topic is always among them: its rows are the platform's, not a stream's.
+SSE_INTERNAL_TOPICS = (*envlist("SSE_INTERNAL_TOPICS", ["_schemas", "_confluent*"]), DELIVERY_LOG_TOPIC)
 
 # Limits (docs/operations.md): each refusal is a 429 or 503 problem with `retry-after: SSE_LIMIT_RETRY_AFTER_S`.
 # Streams one web process holds open at once (0: no limit); past it, a 503 sends the client to another process.

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from config.env import BASE_DIR, DEVELOPMENT_SECRET_KEY, envbool, envstr
+from config.env import DEVELOPMENT_SECRET_KEY, envbool, envstr
 from config.settings.base import *  # noqa: F403
 from config.settings.services import *  # noqa: F403
 from config.settings.streams import *  # noqa: F403
@@ -23,5 +21,7 @@ DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}{en
 # The suite's stand-in identity providers serve their keys over http on 127.0.0.1.
 SSE_JWKS_ALLOW_HTTP = True
 
-# The suite's servers log deliveries apart from what `make run` rolls up into the development database.
-DELIVERY_LOG_DIR = Path(envstr("DELIVERY_LOG_DIR", str(BASE_DIR / "var" / "test-delivery-log")))
+# The suite's servers log deliveries apart from what `make run` rolls up into the development database (tests that
+# roll up give each server a topic of their own).
+DELIVERY_LOG_TOPIC = envstr("DELIVERY_LOG_TOPIC", default="sse-delivery-log-test")
+SSE_INTERNAL_TOPICS = (*SSE_INTERNAL_TOPICS, DELIVERY_LOG_TOPIC)  # noqa: F405

@@ -5,7 +5,7 @@
 - `renewals`: the guarded streams, renewed by challenge responses from any process (streams/access/renewal.py);
 - `revocations`: the revoked identities and tokens, refused and their streams ended (streams/access/revocations.py);
 - `stats`: the counters the health endpoint reports;
-- `delivery_log`: what the streams delivered and refused, as Parquet for the analytics
+- `delivery_log`: what the streams delivered and refused, on a Kafka topic for the analytics
   (streams/telemetry/delivery_log.py);
 - `metrics`: the same, and the process's gauges, for Prometheus (streams/edge/metrics.py);
 - `memory`: gives memory back to the OS while no stream is open (streams/edge/memory.py);
@@ -45,7 +45,7 @@ from streams.routes.table import OpenStreams, RouteTable
 from streams.server.peers import PeerStats
 from streams.server.reaping import ServerConnections
 from streams.telemetry.counters import StreamStats
-from streams.telemetry.delivery_log import DeliveryLog, DeliverySinks
+from streams.telemetry.delivery_log import DeliveryLog, DeliverySinks, LogTopic
 from streams.telemetry.delivery_schema import End, Start
 
 # What a process's hub counts, all zero before its first stream starts the hub.
@@ -57,10 +57,17 @@ IDLE_COUNTERS = (
 
 def delivery_log_from_settings() -> DeliveryLog:
     salt = settings.DELIVERY_LOG_SALT or hashlib.sha256(f"delivery-log:{settings.SECRET_KEY}".encode()).hexdigest()
+    topic = LogTopic(
+        settings.KAFKA,
+        settings.DELIVERY_LOG_TOPIC,
+        partitions=settings.DELIVERY_LOG_PARTITIONS,
+        retention_ms=settings.DELIVERY_LOG_RETENTION_H * 3600 * 1000,
+    )
     return DeliveryLog(
-        settings.DELIVERY_LOG_DIR if settings.DELIVERY_LOG_ENABLED else None,
+        topic if settings.DELIVERY_LOG_ENABLED else None,
         salt=salt.encode(),
         flush_s=settings.DELIVERY_LOG_FLUSH_S,
+        report_s=settings.DELIVERY_LOG_REPORT_S,
         max_rows=settings.DELIVERY_LOG_MAX_ROWS,
     )
 
@@ -90,7 +97,7 @@ class Runtime:
         metrics.hub = current_hub
         metrics.count(RENEWALS, lambda: self.renewals.renewed)
         metrics.count(ROUTE_RELOADS, lambda: self.routes.reloads)
-        metrics.count(LOG_DROPPED, lambda: self.delivery_log.dropped)
+        metrics.count(LOG_DROPPED, lambda: self.delivery_log.stats()["delivery_log_dropped"])
         metrics.count(SLOW_CLOSED, lambda: self.stats.closed_slow)
 
     # --- what happens to streams, told to the delivery log and the metrics ------------------------------

@@ -1,28 +1,40 @@
-"""The delivery log's format, version 1: three tables of Parquet files, and the latency histograms' buckets.
+"""The delivery log's format, version 2: four tables carried by one Kafka topic, and the histograms' buckets.
 
 Written by the web processes (streams/telemetry/delivery_log.py) and read by the rollup job (analytics/jobs/), which
 imports this module and nothing of Django: the format is defined here once. docs/delivery-log.md describes it
 for people; a change that is not additive (a column removed or retyped, a bucket moved) bumps
 `SCHEMA_VERSION`, and every row carries the version it was written with.
 
-Files live under `DELIVERY_LOG_DIR/<table>/date=YYYY-MM-DD/hour=HH/`, one file per process per flush, named
-`<node>-<pid>-<first row's ms>-<sequence>.parquet`; each is written under a name starting with `.` (which
-Spark skips) and renamed when complete, so a reader never sees half a file.
+The tables are declared once, as Arrow schemas (`SCHEMAS`); their encoding on the topic is derived from them
+(`avro_batch_schema`), so a column added here is written and read without a second edit. A Kafka message holds
+up to `BATCH_ROWS` rows of one table as an Avro array of records, without framing (schemaless, as Spark's
+`from_avro` reads it); its header `HEADER` says which table and schema (`header_value`), and its key is the
+writing process (`process` column), so the rows of one process go to one partition, in order.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 from bisect import bisect_right
+from typing import Any
 
+import fastavro
+import fastavro.schema
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SESSIONS = "sessions"
 DELIVERIES = "deliveries"
 REFUSALS = "refusals"
-TABLES = (SESSIONS, DELIVERIES, REFUSALS)
+REPORTS = "reports"
+TABLES = (SESSIONS, DELIVERIES, REFUSALS, REPORTS)
+
+# The message header naming a message's table and schema (`header_value`).
+HEADER = "delivery-log"
+# Rows per message at most: a message stays far below Kafka's default limit of 1 MiB.
+BATCH_ROWS = 2000
 
 
 class Start(enum.StrEnum):
@@ -79,7 +91,12 @@ def bucket_upper_ms(index: int) -> float:
 
 
 _TIME = pa.timestamp("ms", tz="UTC")
-_COMMON = [("schema_version", pa.int16()), ("node", pa.string()), ("pid", pa.int32())]
+_COMMON = [
+    ("schema_version", pa.int16()),
+    ("node", pa.string()),
+    ("pid", pa.int32()),
+    ("process", pa.string()),  # one id per process start: node and pid are reused, this never is
+]
 
 SCHEMAS: dict[str, pa.Schema] = {
     SESSIONS: pa.schema(
@@ -133,4 +150,50 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("count", pa.int64()),
         ]
     ),
+    # Every DELIVERY_LOG_REPORT_S seconds, each process says it is alive and how many streams it holds open; the
+    # rollup stops counting the streams of a process whose reports stopped (docs/analytics.md, "Streams open").
+    REPORTS: pa.schema(
+        [
+            *_COMMON,
+            ("at", _TIME),
+            ("interval_ms", pa.int64()),  # the process's report interval
+            ("open", pa.int64()),  # streams open in the process
+        ]
+    ),
 }
+
+# The column by whose time a row counts: its minute, and (for the process's liveness) when it was written.
+TIME_COLUMN = {SESSIONS: "at", DELIVERIES: "second", REFUSALS: "second", REPORTS: "at"}
+
+
+def header_value(table: str) -> bytes:
+    """`<table>/<version>/<fingerprint>`: Avro without framing is read only with the schema it was written with,
+    so the header names that schema exactly (the fingerprint of its canonical form), and a message written by a
+    process with other columns is never decoded with the wrong one."""
+    canonical = fastavro.schema.to_parsing_canonical_form(fastavro.parse_schema(avro_batch_schema(table)))
+    return f"{table}/{SCHEMA_VERSION}/{hashlib.sha256(canonical.encode()).hexdigest()[:12]}".encode()
+
+
+def _avro_type(kind: pa.DataType, name: str) -> Any:
+    """The Avro type of an Arrow column; every column may be null, as every Arrow column may."""
+    if pa.types.is_timestamp(kind):
+        base: Any = {"type": "long", "logicalType": "timestamp-millis"}
+    elif pa.types.is_int64(kind):
+        base = "long"
+    elif pa.types.is_integer(kind):
+        base = "int"
+    elif pa.types.is_string(kind):
+        base = "string"
+    elif pa.types.is_map(kind):
+        # Avro's map keys are strings: a bucket index is written as its digits and read back as a number.
+        return {"type": "map", "values": _avro_type(kind.item_type, name)}
+    else:
+        raise TypeError(f"column {name}: no Avro type for {kind}")
+    return ["null", base]
+
+
+def avro_batch_schema(table: str) -> dict[str, Any]:
+    """The Avro schema of one message of `table`: an array of its rows."""
+    fields = [{"name": column.name, "type": _avro_type(column.type, column.name)} for column in SCHEMAS[table]]
+    record = {"type": "record", "name": table.capitalize(), "namespace": f"sse.delivery_log.v{SCHEMA_VERSION}"}
+    return {"type": "array", "items": {**record, "fields": fields}}

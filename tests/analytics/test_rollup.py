@@ -1,47 +1,43 @@
-"""The rollup on a real Spark session (local[1]): known delivery logs give known sums, a second run adds nothing,
-late files merge, a failed run leaves nothing, and two runs never overlap."""
+"""The rollup on a real Spark session (local[1]) reading a real Kafka topic: known delivery logs give known sums, a
+second run adds nothing, late rows merge, a failed run leaves nothing, and two runs never overlap."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import psycopg
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from analytics.jobs.rollup import rollup
+from analytics.jobs.source import LogFrames
 from analytics.models import (
     CatchupAgeBucket,
     IdentityMinute,
     LatencyBucket,
+    LogOffset,
     RefusalMinute,
-    RolledUpFile,
     RollupRun,
     RouteMinute,
 )
 from analytics.percentiles import percentiles
-from analytics.rollups import LOCK_KEY, run_rollup
-from streams.telemetry.delivery_schema import BOUNDS, DELIVERIES, REFUSALS, SCHEMAS, SESSIONS, bucket
+from analytics.rollups import LOCK_KEY, log_range, run_rollup
+from streams.telemetry.delivery_log import LogTopic
+from streams.telemetry.delivery_schema import BOUNDS, DELIVERIES, HEADER, REFUSALS, SESSIONS, bucket
 
 MINUTE = int(datetime(2026, 11, 22, 10, 0, tzinfo=UTC).timestamp())  # 10:00 UTC
-COMMON = {"schema_version": 1, "node": "n1", "pid": 1}
 
 
-def write(directory: Path, table: str, rows: list[dict[str, Any]], name: str) -> Path:
-    """A delivery-log file as a web process writes it (the hour folder of the first row)."""
-    column = "at" if table == SESSIONS else "second"
-    hour = datetime.fromtimestamp(rows[0][column] / 1000, tz=UTC)
-    folder = directory / table / f"date={hour:%Y-%m-%d}" / f"hour={hour:%H}"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.parquet"
-    pq.write_table(pa.Table.from_pylist([{**COMMON, **row} for row in rows], schema=SCHEMAS[table]), path)
-    return path
+def write(topic: str, table: str, rows: list[dict[str, Any]], node: str) -> None:
+    """Rows sent to the log's topic as a web process on `node` sends them (each call: another process)."""
+    log = LogTopic(settings.KAFKA, topic, partitions=2, node=node)
+    assert log.send({table: rows}) == (len(rows), 0)
+    log.close(timeout_s=20)
+    assert (log.rows_sent, log.rows_lost) == (len(rows), 0)
 
 
 def delivery(
@@ -62,11 +58,13 @@ def delivery(
     }  # fmt: skip
 
 
-def histogram_of(values: Sequence[int]) -> list[tuple[int, int]]:
-    histogram: dict[int, int] = {}
+def histogram_of(values: Sequence[int]) -> dict[str, int]:
+    """A histogram column as the topic carries it: bucket index (as a string: Avro map keys are) -> count."""
+    histogram: dict[str, int] = {}
     for value in values:
-        histogram[bucket(value)] = histogram.get(bucket(value), 0) + 1
-    return sorted(histogram.items())
+        index = str(bucket(value))
+        histogram[index] = histogram.get(index, 0) + 1
+    return histogram
 
 
 def session(at: int, event: str, **fields: Any) -> dict[str, Any]:
@@ -79,38 +77,46 @@ def session(at: int, event: str, **fields: Any) -> dict[str, Any]:
     return {**row, **fields}
 
 
-def known_logs(directory: Path) -> list[int]:
+def known_logs(topic: str) -> list[int]:
     """Two processes' logs over two minutes; returns the latencies delivered in the first minute."""
     rng = random.Random(7)
     latencies = [int(rng.lognormvariate(3, 1)) for _ in range(2000)]
-    write(directory, DELIVERIES, [
+    write(topic, DELIVERIES, [
         delivery(MINUTE + 1, 0, latencies[:700]),
         delivery(MINUTE + 30, 1, latencies[700:1000]),
         delivery(MINUTE + 65, 0, [5, 5, 5], catchup_ages=[90_000] * 40 + [600_000] * 10),  # a replay
         delivery(MINUTE + 10, 0, [1], route="orders"),
     ], "n1-1-a")  # fmt: skip
-    write(directory, DELIVERIES, [delivery(MINUTE + 59, 2, latencies[1000:])], "n2-1-a")
-    write(directory, SESSIONS, [
+    write(topic, DELIVERIES, [delivery(MINUTE + 59, 2, latencies[1000:])], "n2-1-a")
+    write(topic, SESSIONS, [
         session(MINUTE + 1, "opened", session="a", identity="alice"),
         session(MINUTE + 2, "opened", session="b", start="resumed"),
         session(MINUTE + 3, "opened", session="c", start="malformed"),
         session(MINUTE + 50, "closed", session="a", identity="alice", end="client_gone", events=40),
         session(MINUTE + 70, "closed", session="b", end="slow_client", events=7, replayed=3),
-    ], "n1-1-s")  # fmt: skip
-    write(directory, REFUSALS, [
+    ], "n1")  # fmt: skip
+    write(topic, REFUSALS, [
         {"second": (MINUTE + 5) * 1000, "route": "items", "status": 401, "reason": "unauthorized", "count": 3},
         {"second": (MINUTE + 6) * 1000, "route": "items", "status": 401, "reason": "unauthorized", "count": 2},
         {"second": (MINUTE + 6) * 1000, "route": "", "status": 404, "reason": "no_route", "count": 1},
-    ], "n1-1-r")  # fmt: skip
+    ], "n1")  # fmt: skip
     return latencies
 
 
-def test_known_logs_give_known_sums(tmp_path: Path, spark: Any) -> None:
-    latencies = known_logs(tmp_path)
-    files = {
-        table: [str(p) for p in (tmp_path / table).rglob("*.parquet")] for table in (DELIVERIES, SESSIONS, REFUSALS)
-    }
-    result = rollup(spark, files)
+@pytest.fixture
+def log_topic(new_topic: Callable[..., str]) -> str:
+    """A delivery-log topic of the test's own, made as the platform makes it."""
+    return new_topic(partitions=2)
+
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_known_logs_give_known_sums(log_topic: str, spark: Any) -> None:
+    latencies = known_logs(log_topic)
+    frames = LogFrames(spark, log_range(settings.KAFKA, log_topic))
+    result = rollup(frames.tables)
+    frames.release()
 
     first = result.minutes[("items", "items", MINUTE)]
     assert (first["events"], first["bytes"], first["writes"]) == (2000, 200_000, 3)
@@ -141,38 +147,21 @@ def test_known_logs_give_known_sums(tmp_path: Path, spark: Any) -> None:
         assert BOUNDS[bucket(true) - 1] <= found <= BOUNDS[bucket(true)] * 2**0.25  # within one bucket
 
 
-def test_rows_written_before_the_catch_up_columns_count_as_live(tmp_path: Path, spark: Any) -> None:
-    """Files of a process from before catch-up was told apart have neither column: their events are all in
-    `latency`, and the rollup counts no catch-up for them rather than failing."""
-    old_schema = pa.schema([f for f in SCHEMAS[DELIVERIES] if not f.name.startswith("catchup")])
-    folder = tmp_path / DELIVERIES / "date=2026-11-22" / "hour=10"
-    folder.mkdir(parents=True)
-    row = {k: v for k, v in delivery(MINUTE + 1, 0, [5, 5, 900]).items() if not k.startswith("catchup")}
-    pq.write_table(pa.Table.from_pylist([{**COMMON, **row}], schema=old_schema), folder / "old.parquet")
-    result = rollup(spark, {DELIVERIES: [str(folder / "old.parquet")]})
-    assert (result.minutes[("items", "items", MINUTE)]["events"], result.catchup_age) == (3, {})
-    assert result.minutes[("items", "items", MINUTE)]["catchup_events"] == 0
-    assert sum(result.latency.values()) == 3
-
-
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def test_a_second_run_adds_nothing_and_late_files_merge(tmp_path: Path, spark: Any) -> None:
-    known_logs(tmp_path)
-    first = run_rollup(trigger="test", directory=tmp_path, master="local[1]")
-    assert (first.status, first.files, first.rows_in) == (RollupRun.Status.DONE, 4, 13)
+def test_a_second_run_adds_nothing_and_late_rows_merge(log_topic: str, spark: Any) -> None:
+    known_logs(log_topic)
+    first = run_rollup(trigger="test", topic=log_topic, master="local[1]")
+    assert (first.status, first.messages, first.rows_in) == (RollupRun.Status.DONE, 4, 13)
     row = RouteMinute.objects.get(route="items", minute=datetime.fromtimestamp(MINUTE, tz=UTC))
     assert (row.events, row.streams_opened) == (2000, 3)
 
-    again = run_rollup(trigger="test", directory=tmp_path, master="local[1]")
-    assert (again.status, again.files, again.rows_in) == (RollupRun.Status.DONE, 0, 0)
+    again = run_rollup(trigger="test", topic=log_topic, master="local[1]")
+    assert (again.status, again.messages, again.rows_in) == (RollupRun.Status.DONE, 0, 0)
     row.refresh_from_db()
     assert row.events == 2000
 
-    write(tmp_path, DELIVERIES, [delivery(MINUTE + 20, 3, [2, 2])], "n3-1-late")  # a node that flushed late
-    late = run_rollup(trigger="test", directory=tmp_path, master="local[1]")
-    assert late.files == 1
+    write(log_topic, DELIVERIES, [delivery(MINUTE + 20, 3, [2, 2])], "n3")  # a node that sent late
+    late = run_rollup(trigger="test", topic=log_topic, master="local[1]")
+    assert (late.messages, late.rows_in) == (1, 1)
     row.refresh_from_db()
     assert (row.events, row.writes) == (2002, 4)
     assert sum(LatencyBucket.objects.filter(route="items", minute=row.minute).values_list("count", flat=True)) == 2002
@@ -182,32 +171,33 @@ def test_a_second_run_adds_nothing_and_late_files_merge(tmp_path: Path, spark: A
     assert {age.bucket: age.count for age in ages} == {bucket(90_000): 40, bucket(600_000): 10}
     assert RefusalMinute.objects.get(route="items").count == 5
     assert IdentityMinute.objects.get().events == 40
-    assert RolledUpFile.objects.count() == 5
+    assert sum(LogOffset.objects.filter(topic=log_topic).values_list("offset", flat=True)) == 5
 
 
-def test_a_failed_run_writes_nothing_and_its_retry_adds_each_file_once(
-    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+def test_a_failed_run_writes_nothing_and_its_retry_adds_each_row_once(
+    log_topic: str, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    known_logs(tmp_path)
+    known_logs(log_topic)
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("the database went away mid-write")
 
-    monkeypatch.setattr(RolledUpFile.objects, "bulk_create", broken)
+    monkeypatch.setattr(LogOffset.objects, "update_or_create", broken)
     with pytest.raises(RuntimeError):
-        run_rollup(trigger="test", directory=tmp_path, master="local[1]")
+        run_rollup(trigger="test", topic=log_topic, master="local[1]")
     failed = RollupRun.objects.get()
     assert failed.status == RollupRun.Status.FAILED
     assert "went away" in failed.error
     assert not RouteMinute.objects.exists()  # the sums written before the failure were rolled back
 
     monkeypatch.undo()
-    retry = run_rollup(trigger="test", directory=tmp_path, master="local[1]")
-    assert retry.files == 4
+    assert not LogOffset.objects.exists()
+    retry = run_rollup(trigger="test", topic=log_topic, master="local[1]")
+    assert retry.messages == 4
     assert RouteMinute.objects.get(route="items", minute=datetime.fromtimestamp(MINUTE, tz=UTC)).events == 2000
 
 
-def test_a_run_while_another_holds_the_lock_is_skipped(tmp_path: Path) -> None:
+def test_a_run_while_another_holds_the_lock_is_skipped(log_topic: str) -> None:
     settings = connection.settings_dict
     other = psycopg.connect(
         dbname=settings["NAME"], user=settings["USER"], password=settings["PASSWORD"] or None,
@@ -215,10 +205,23 @@ def test_a_run_while_another_holds_the_lock_is_skipped(tmp_path: Path) -> None:
     )  # fmt: skip
     try:
         other.execute("SELECT pg_advisory_lock(%s)", [LOCK_KEY])
-        skipped = run_rollup(trigger="test", directory=tmp_path, master="local[1]")
+        skipped = run_rollup(trigger="test", topic=log_topic, master="local[1]")
         assert skipped.status == RollupRun.Status.SKIPPED
         # Released here, answered before the next run asks: a close alone is noticed by the server a moment later.
         other.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
     finally:
         other.close()
-    assert run_rollup(trigger="test", directory=tmp_path, master="local[1]").status == RollupRun.Status.DONE
+    assert run_rollup(trigger="test", topic=log_topic, master="local[1]").status == RollupRun.Status.DONE
+
+
+def test_messages_of_another_schema_are_skipped_and_the_rest_rolled_up(
+    log_topic: str, spark: Any, producer: Any
+) -> None:
+    """A process of another version (other columns) during an upgrade: its rows are never decoded with the
+    wrong schema, and they do not stop the rollup."""
+    write(log_topic, DELIVERIES, [delivery(MINUTE + 1, 0, [4, 4])], "n1")
+    producer.produce(log_topic, b"\x02\x04not-this-schema", key=b"old", headers={HEADER: b"deliveries/1/000000000000"})
+    producer.flush(10)
+    run = run_rollup(trigger="test", topic=log_topic, master="local[1]")
+    assert (run.status, run.messages, run.rows_in) == (RollupRun.Status.DONE, 2, 1)
+    assert RouteMinute.objects.get().events == 2

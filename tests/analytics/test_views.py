@@ -49,7 +49,7 @@ def known_rollups(route: str) -> None:
         LatencyBucket.objects.create(route=route, topic="items", minute=minute_ago(ago), bucket=bucket(900), count=30)
     RefusalMinute.objects.create(route=route, minute=minute_ago(3), status=401, reason="unauthorized", count=4)
     IdentityMinute.objects.create(route=route, minute=minute_ago(5), identity="abc123", events=3000, sessions=1)
-    RollupRun.objects.create(status=RollupRun.Status.DONE, files=3, finished_at=timezone.now(), duration_s=1.5)
+    RollupRun.objects.create(status=RollupRun.Status.DONE, messages=3, finished_at=timezone.now(), duration_s=1.5)
 
 
 @pytest.fixture

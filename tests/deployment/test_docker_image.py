@@ -143,9 +143,8 @@ def test_compose_runs_the_same_command_and_settings() -> None:
     for name, service in services.items():
         environment = service.get("environment", {})
         assert "DJANGO_SETTINGS_MODULE" not in environment, f"{name} must keep the image's production settings"
-        if "DELIVERY_LOG_DIR" in environment:
-            assert environment["DELIVERY_LOG_DIR"].startswith("/app/var/"), "the only place the user may write"
-            assert any(volume.endswith(":" + environment["DELIVERY_LOG_DIR"]) for volume in service["volumes"])
+        assert "DELIVERY_LOG_DIR" not in environment, f"{name}: the delivery log is a Kafka topic, not a directory"
+        assert "volumes" not in service or name in {"postgres", "kafka"}, f"{name} shares no directory"
 
 
 def test_compose_runs_what_the_procfile_and_make_run_run() -> None:
@@ -194,9 +193,9 @@ def test_the_spark_worker_runs_the_wheels_launcher_and_points_at_the_master() ->
     assert found["worker"]["environment"]["SPARK_MASTER"] == url, "the Celery worker's rollup drives that cluster"
     # spark-class comes with the pyspark wheel, installed beside the interpreter, as in the image.
     assert (Path(sys.executable).parent / "spark-class").is_file()
-    # The executors read the files the Celery worker lists: the same volume at the same path.
-    log_dir = found["worker"]["environment"]["DELIVERY_LOG_DIR"]
-    assert any(volume.split(":")[1] == log_dir for volume in found["spark-worker"]["volumes"])
+    # The executors read Kafka with the jars the image holds, where the Celery worker's driver looks for them.
+    jars = image_env()["SPARK_KAFKA_JARS_DIR"]
+    assert f"COPY --from=spark-jars /jars {jars}" in (ROOT / "docker" / "Dockerfile").read_text()
     work_dir = worker[worker.index("--work-dir") + 1]
     assert work_dir.startswith("/app/var/"), "the only place the image's user may write"
 
@@ -252,7 +251,6 @@ def test_the_image_command_line_starts_and_answers_healthz(tmp_path: Path) -> No
         "DATABASE_URL": url_of_test_database(),
         "REDIS_URL": settings.REDIS_URL,
         "KAFKA_BOOTSTRAP_SERVERS": settings.KAFKA.bootstrap_servers,
-        "DELIVERY_LOG_DIR": str(tmp_path),
     }
     argv = [sys.executable if image_cmd()[0] == "python" else image_cmd()[0], *image_cmd()[1:]]
     with (tmp_path / "web.log").open("wb") as log:

@@ -104,7 +104,7 @@ def test_https_redirects_django_pages_but_never_streams_or_probes(tmp_path: Path
             "DJANGO_SECRET_KEY": GOOD_KEY,
             "SECURE_SSL_REDIRECT": "1",
             "TRUST_X_FORWARDED_PROTO": "1",
-            "DELIVERY_LOG_DIR": str(tmp_path),
+            "DELIVERY_LOG_TOPIC": "sse-delivery-log-test",  # not the production default, on the tests' broker
         },
         log_name="test-daphne-production",
     )

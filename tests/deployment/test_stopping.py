@@ -149,7 +149,6 @@ def start(var_dir: Path, name: str) -> Run:
         "SSE_VAR_DIR": str(var_dir),
         "WEB_PORT": str(port),
         "WEB_TLS_PORT": str(tls_port),
-        "DELIVERY_LOG_DIR": str(var_dir / "delivery-log"),
     }
     log = var_dir / f"{name}.log"
     with log.open("wb") as output:

@@ -73,7 +73,10 @@ def test_a_template_rendering_an_internal_topic_is_a_404_as_an_unknown_topic(
     assert refused.json()["detail"] == f"Topic {internal!r} does not exist."  # no hint that it does
 
 
-@pytest.mark.parametrize("topic", ["__consumer_offsets", "__transaction_state", "_schemas", f"{DENIED_PREFIX}x"])
+# The delivery log's topic is internal whatever SSE_INTERNAL_TOPICS says (the suite's default name).
+@pytest.mark.parametrize(
+    "topic", ["__consumer_offsets", "__transaction_state", "_schemas", f"{DENIED_PREFIX}x", "sse-delivery-log-test"]
+)
 def test_the_api_refuses_a_route_naming_an_internal_topic_on_its_field(server: DaphneServer, topic: str) -> None:
     user = User.objects.create_superuser(unique("root"), "root@example.com", "a-long-test-password")
     api = {"authorization": f"Token {Token.objects.create(user=user).key}"}

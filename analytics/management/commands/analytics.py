@@ -1,4 +1,5 @@
-"""`manage.py analytics rollup`: roll up the new delivery-log files now, and print what the run did."""
+"""`manage.py analytics rollup`: roll up what the delivery log gained since the last run, now, and print what
+the run did."""
 
 from __future__ import annotations
 
@@ -26,6 +27,6 @@ class Command(BaseCommand):
             self.stdout.write("skipped: another rollup is running")
             return
         self.stdout.write(
-            f"rollup {run.pk}: {run.files} files, {run.rows_in} rows in, {run.rows_out} rows out, "
+            f"rollup {run.pk}: {run.messages} messages, {run.rows_in} rows in, {run.rows_out} rows out, "
             f"{run.duration_s:.1f} s"
         )

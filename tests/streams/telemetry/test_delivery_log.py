@@ -1,4 +1,5 @@
-"""The delivery log's writer: rows in, Parquet files out, bounded, and what the pumps and the fan-out count."""
+"""The delivery log's writer: rows in, Kafka messages out (keyed by process, in order), bounded, dropping and
+counting when Kafka is unreachable, and what the pumps and the fan-out count."""
 
 from __future__ import annotations
 
@@ -6,27 +7,41 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
+from django.conf import settings
 
+from config.kafka_settings import KafkaSettings
 from streams.kafka.client import Record
 from streams.stream.pump import Phase
-from streams.telemetry.delivery_log import DeliveryLog, StreamRow, user_agent_family
-from streams.telemetry.delivery_schema import BOUNDS, BUCKETS, DELIVERIES, REFUSALS, SESSIONS, End, Start, bucket
+from streams.telemetry.delivery_log import DeliveryLog, LogTopic, StreamRow, user_agent_family
+from streams.telemetry.delivery_schema import (
+    BATCH_ROWS,
+    BOUNDS,
+    BUCKETS,
+    DELIVERIES,
+    HEADER,
+    REFUSALS,
+    REPORTS,
+    SCHEMA_VERSION,
+    SESSIONS,
+    End,
+    Start,
+    bucket,
+    header_value,
+)
 from tests.conftest import wait_until
 from tests.e2e.test_zilla_scenarios import Produce
 from tests.streams.hub.test_hub_lifecycle import running_hub
+from tests.support.delivery_log import log_messages, log_rows
 from tests.support.inprocess import LoopThread
 
 LIVE = "live"
 
 
-def rows(directory: Path, table: str) -> list[dict[str, Any]]:
-    files = sorted(path for path in (directory / table).rglob("*.parquet") if not path.name.startswith("."))
-    return [row for path in files for row in pq.read_table(path).to_pylist()]
+def topic_log(topic: str, **options: Any) -> DeliveryLog:
+    return DeliveryLog(LogTopic(settings.KAFKA, topic, partitions=2, node="n1"), salt=b"s", **options)
 
 
 def record(partition: int, offset: int, age_ms: int = 5) -> Record:
@@ -53,8 +68,9 @@ def test_buckets_are_ordered_and_each_is_at_most_19_percent_wide() -> None:
         assert BOUNDS[index - 1] <= ms < BOUNDS[index]
 
 
-def test_a_flush_writes_each_table_as_parquet_renamed_when_complete(tmp_path: Path) -> None:
-    log = DeliveryLog(tmp_path, salt=b"s", node="n1")
+def test_a_flush_sends_each_table_keyed_by_the_process(new_topic: Callable[..., str]) -> None:
+    topic = new_topic(partitions=2)
+    log = topic_log(topic)
     opened = stream_row(identity=log.keyed_hash("alice"), start=Start.RESUMED)
     log.opened(opened)
     batch = [(record(0, 1), 100), (record(0, 2), 120), (record(1, 7, age_ms=300), 90)]
@@ -65,42 +81,49 @@ def test_a_flush_writes_each_table_as_parquet_renamed_when_complete(tmp_path: Pa
     log.refused("", 404, "no_route")
     opened.events, opened.bytes, opened.replayed = 3, 310, 1
     log.closed(opened, End.CLIENT_GONE)
-    assert log.flush() == 2 + 2 + 2  # sessions, deliveries (2 partitions), refusals (2 keys)
+    assert log.flush() == 2 + 2 + 2 + 1  # sessions, deliveries (2 partitions), refusals (2 keys), the report
     log.close()
 
-    assert not [path for path in tmp_path.rglob(".*") if path.is_file()]  # no half-written file left
-    sessions = rows(tmp_path, SESSIONS)
+    messages = log_messages(topic)
+    assert len({partition for partition, *_ in messages}) == 1  # one process: one partition, in order
+    assert {key for _, key, _, _ in messages} == {log.topic.process.encode()}  # type: ignore[union-attr]
+    assert [headers[HEADER] for _, _, headers, _ in messages][-1] == header_value(REPORTS)  # the report last
+    sessions = log_rows(topic, SESSIONS)
     assert [(row["event"], row["end"], row["events"], row["bytes"]) for row in sessions] == [
         ("opened", None, 0, 0),
         ("closed", "client_gone", 3, 310),
     ]
     assert {row["session"] for row in sessions} == {opened.stream_id}
     assert sessions[0]["identity"] == log.keyed_hash("alice") != "alice"
-    assert (sessions[0]["schema_version"], sessions[0]["node"], sessions[0]["start"]) == (1, "n1", "resumed")
+    first = sessions[0]
+    assert (first["schema_version"], first["node"], first["start"]) == (SCHEMA_VERSION, "n1", "resumed")
 
-    deliveries = {row["partition"]: row for row in rows(tmp_path, DELIVERIES)}
+    deliveries = {row["partition"]: row for row in log_rows(topic, DELIVERIES)}
     assert (deliveries[0]["events"], deliveries[0]["bytes"], deliveries[0]["writes"]) == (2 + 4, 220 + 440, 1 + 4)
     assert (deliveries[1]["events"], deliveries[1]["bytes"], deliveries[1]["writes"]) == (1, 90, 1)
-    assert sum(count for _, count in deliveries[0]["latency"]) == 6
-    assert (deliveries[0]["catchup_events"], deliveries[0]["catchup_age"]) == (0, [])
-    ((slow_bucket, slow_count),) = deliveries[1]["latency"]
+    assert sum(deliveries[0]["latency"].values()) == 6
+    assert (deliveries[0]["catchup_events"], deliveries[0]["catchup_age"]) == (0, {})
+    ((slow_bucket, slow_count),) = deliveries[1]["latency"].items()
     assert slow_count == 1
-    assert BOUNDS[slow_bucket - 1] <= 300 < BOUNDS[slow_bucket] * 1.1  # about 300 ms (the clock moved a little)
+    assert BOUNDS[int(slow_bucket) - 1] <= 300 < BOUNDS[int(slow_bucket)] * 1.1  # about 300 ms (the clock moved)
 
-    refusals = {(row["route"], row["status"], row["reason"]): row["count"] for row in rows(tmp_path, REFUSALS)}
+    refusals = {(row["route"], row["status"], row["reason"]): row["count"] for row in log_rows(topic, REFUSALS)}
     assert refusals == {("items", 401, "unauthorized"): 2, ("", 404, "no_route"): 1}
+    reports = log_rows(topic, REPORTS)  # the first flush's, and the last one's at close
+    assert [(row["open"], row["interval_ms"]) for row in reports] == [(0, 15_000), (0, 15_000)]
 
 
-def test_catch_up_events_are_counted_apart_from_the_live_latency(tmp_path: Path) -> None:
+def test_catch_up_events_are_counted_apart_from_the_live_latency(new_topic: Callable[..., str]) -> None:
     """A catching-up write's events are in `events` and `bytes`, and in the catch-up count and age histogram;
     never in `latency`, which holds the live writes only."""
-    log = DeliveryLog(tmp_path, salt=b"s")
+    topic = new_topic(partitions=2)
+    log = topic_log(topic)
     log.delivered("items", "items", [(record(0, 10), 100)], clients=2, live=True)
     replay = [(record(0, offset, age_ms=3_600_000), 100) for offset in range(3)]  # an hour old
     log.delivered("items", "items", replay, clients=5, live=False)  # a shared catch-up read taken by five
     log.delivered("items", "items", [(record(0, 11, age_ms=40_000), 100)], live=False)
     log.close()
-    written = rows(tmp_path, DELIVERIES)  # one row, or two if the writes straddled a second
+    written = log_rows(topic, DELIVERIES)  # one row, or two if the writes straddled a second
 
     def total(column: str) -> int:
         return sum(row[column] for row in written)
@@ -108,7 +131,7 @@ def test_catch_up_events_are_counted_apart_from_the_live_latency(tmp_path: Path)
     def histogram(column: str) -> dict[int, int]:
         found: Counter[int] = Counter()
         for row in written:
-            found.update(dict(row[column]))
+            found.update({int(index): n for index, n in row[column].items()})  # Avro map keys are strings
         return dict(found)
 
     assert (total("events"), total("bytes"), total("writes")) == (2 + 15 + 1, 1800, 2 + 5 + 1)
@@ -118,8 +141,42 @@ def test_catch_up_events_are_counted_apart_from_the_live_latency(tmp_path: Path)
     assert histogram("catchup_age") == {bucket(3_600_000): 15, bucket(40_000): 1}
 
 
-def test_a_full_buffer_drops_rows_and_counts_them(tmp_path: Path) -> None:
-    log = DeliveryLog(tmp_path, salt=b"s", max_rows=2)
+def test_reports_say_how_many_streams_are_open_every_interval(new_topic: Callable[..., str]) -> None:
+    topic = new_topic(partitions=2)
+    log = topic_log(topic, report_s=1)
+    streams = [stream_row() for _ in range(3)]
+    for stream in streams:
+        log.opened(stream)
+    log.closed(streams[0], End.CLIENT_GONE)
+    log.flush()
+    log.flush()  # not due yet: no second report
+    time.sleep(2.5)  # the writer thread reports meanwhile
+    log.closed(streams[1], End.CLIENT_GONE)
+    log.close()  # and reports once more
+    reports = log_rows(topic, REPORTS)
+    opens = [row["open"] for row in reports]
+    assert (opens[0], opens[-1]) == (2, 1)
+    times = [row["at"] for row in reports]
+    assert len(times) >= 3  # one a second meanwhile
+    assert all((later - earlier).total_seconds() >= 0.9 for earlier, later in itertools.pairwise(times[:-1]))
+
+
+def test_a_flush_of_many_rows_sends_them_in_bounded_messages(new_topic: Callable[..., str]) -> None:
+    topic = new_topic(partitions=2)
+    log = topic_log(topic)
+    now = int(time.time())
+    for second in range(BATCH_ROWS + 10):  # a refusal row per second: more rows than one message holds
+        log.refusals[(now - second, "r", 404, "no_route")] = 1
+    assert log.flush() == BATCH_ROWS + 10 + 1
+    log.close()
+    kinds = [headers[HEADER] for _, _, headers, _ in log_messages(topic)]
+    assert kinds.count(header_value(REFUSALS)) == 2
+    assert len(log_rows(topic, REFUSALS)) == BATCH_ROWS + 10
+
+
+def test_a_full_buffer_drops_rows_and_counts_them(new_topic: Callable[..., str]) -> None:
+    topic = new_topic(partitions=2)
+    log = topic_log(topic, max_rows=2)
     log.refused("a", 404, "no_route")
     log.refused("b", 404, "no_route")
     log.refused("a", 404, "no_route")  # an existing row still counts
@@ -127,32 +184,27 @@ def test_a_full_buffer_drops_rows_and_counts_them(tmp_path: Path) -> None:
     log.opened(stream_row())
     assert log.dropped == 2
     log.close()
-    assert {row["route"]: row["count"] for row in rows(tmp_path, REFUSALS)} == {"a": 2, "b": 1}
+    assert {row["route"]: row["count"] for row in log_rows(topic, REFUSALS)} == {"a": 2, "b": 1}
     assert log.stats()["delivery_log_dropped"] == 2
 
 
-def test_rows_of_two_hours_go_to_two_hour_partitions(tmp_path: Path) -> None:
-    log = DeliveryLog(tmp_path, salt=b"s")
-    late = stream_row(opened_at=time.mktime((2026, 11, 22, 9, 59, 0, 0, 0, 0)) - time.timezone)
-    log.opened(late)
-    log.closed(late, End.SLOW_CLIENT)
-    log.close()
-    hours = sorted(path.parent.name for path in (tmp_path / SESSIONS).rglob("*.parquet"))
-    assert len(hours) == 2  # the opening row's hour (09 UTC) and now
-    assert "hour=09" in hours
+def test_an_unreachable_kafka_loses_rows_counted_and_never_blocks_a_stream() -> None:
+    nowhere = KafkaSettings(bootstrap_servers="127.0.0.1:9", metadata_timeout_s=0.5)
+    log = DeliveryLog(LogTopic(nowhere, "sse-delivery-log-nowhere", timeout_s=1), salt=b"s")
+    started = time.monotonic()
+    for _ in range(1000):
+        log.refused("a", 404, "no_route")
+        log.opened(stream_row())
+    assert time.monotonic() - started < 0.5  # the event loop's side only adds to tallies
+    assert log.flush() == 1 + 1000 + 1  # handed to the producer, which holds them (bounded) for a second
+    log.topic.close(timeout_s=5)  # type: ignore[union-attr]
+    stats = log.stats()
+    assert (stats["delivery_log_rows"], stats["delivery_log_dropped"]) == (0, 1002)
+    assert stats["delivery_log_write_errors"] == 3  # one message per table
+    log.stopping.set()  # closed: nothing more to send at exit
 
 
-def test_an_unwritable_directory_loses_rows_counted_and_streams_go_on(tmp_path: Path) -> None:
-    blocked = tmp_path / "file"
-    blocked.write_text("not a directory")
-    log = DeliveryLog(blocked, salt=b"s")
-    log.refused("a", 404, "no_route")
-    assert log.flush() == 0
-    assert (log.stats()["delivery_log_write_errors"], log.dropped) == (1, 1)
-    log.close()
-
-
-def test_logging_off_writes_nothing(tmp_path: Path) -> None:
+def test_logging_off_sends_nothing() -> None:
     log = DeliveryLog(None, salt=b"s")
     log.opened(stream_row())
     log.delivered("r", "t", [(record(0, 1), 10)], live=True)
@@ -179,12 +231,13 @@ def test_user_agents_are_reduced_to_a_family(agent: str, family: str) -> None:
 
 
 def test_the_fan_out_counts_a_group_write_once_for_all_its_clients(
-    tmp_path: Path, loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
 ) -> None:
     """Three streams in one position: one encodes and counts the batch for three, as live; a fourth, filtered out,
     adds nothing; a stream that reads on its own counts its own writes, as catch-up (it started behind)."""
     topic = new_topic()
-    log = DeliveryLog(tmp_path, salt=b"s")
+    log_topic = new_topic(partitions=2)
+    log = topic_log(log_topic)
     with running_hub(loop_thread) as (_hub, streams):
         same = [streams(topic, start=LIVE, log=log) for _ in range(3)]
         produce(topic, b"first")
@@ -196,12 +249,12 @@ def test_the_fan_out_counts_a_group_write_once_for_all_its_clients(
         late = streams(topic, log=log)  # from the start: reads the three on its own
         wait_until(lambda: late.values == ["first", "second", "third"])
     log.close()
-    delivered = rows(tmp_path, DELIVERIES)
+    delivered = log_rows(log_topic, DELIVERIES)
     assert {row["route"] for row in delivered} == {f"test:{topic}"}
     assert sum(row["events"] for row in delivered) == 3 * 3 + 3
-    assert sum(count for row in delivered for _, count in row["latency"]) == 3 * 3
+    assert sum(count for row in delivered for count in row["latency"].values()) == 3 * 3
     assert sum(row["catchup_events"] for row in delivered) == 3
-    assert sum(count for row in delivered for _, count in row["catchup_age"]) == 3
+    assert sum(count for row in delivered for count in row["catchup_age"].values()) == 3
     total_bytes = sum(row["bytes"] for row in delivered)
     event_bytes = sum(len(stream.flow.data) for stream in [*same, late])
     assert 0 < total_bytes <= event_bytes  # events only: not the retry line or comments

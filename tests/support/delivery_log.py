@@ -1,0 +1,54 @@
+"""Reading a delivery-log topic back in tests, row by row, as the rollup would (without Spark)."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from typing import Any
+
+import fastavro
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from django.conf import settings
+
+from streams.telemetry.delivery_schema import HEADER, avro_batch_schema, header_value
+
+Message = tuple[int, bytes, dict[str, bytes], bytes]
+
+
+def log_messages(topic: str, timeout: float = 10.0) -> list[Message]:
+    """Every message of `topic`: (partition, key, headers, value), in each partition's order."""
+    consumer = Consumer(
+        {
+            **settings.KAFKA.consumer_config(),
+            "group.id": f"test-{uuid.uuid4().hex[:8]}",
+            "enable.partition.eof": True,
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        pending, found = set(partitions), list[Message]()
+        while pending:
+            message = consumer.poll(timeout)
+            assert message is not None, f"{topic}: no end of partitions {pending} within {timeout} s"
+            error = message.error()
+            if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                pending.discard(message.partition())
+                continue
+            assert error is None, error
+            headers = {str(pair[0]): pair[1] for pair in message.headers() or [] if isinstance(pair[1], bytes)}
+            found.append((message.partition() or 0, message.key() or b"", headers, message.value() or b""))
+        return found
+    finally:
+        consumer.close()
+
+
+def log_rows(topic: str, table: str) -> list[dict[str, Any]]:
+    """The rows of one table, decoded with the table's schema."""
+    schema = fastavro.parse_schema(avro_batch_schema(table))
+    rows: list[dict[str, Any]] = []
+    for _, _, headers, value in log_messages(topic):
+        if headers.get(HEADER) == header_value(table):
+            rows.extend(fastavro.schemaless_reader(io.BytesIO(value), schema, None))  # type: ignore[arg-type]
+    return rows
