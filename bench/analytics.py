@@ -69,6 +69,8 @@ COMPRESSION = os.environ.get("BENCH_COMPRESSION", "lz4")
 def delivery_template(rows: int, seconds: int, rng: random.Random) -> pa.Table:
     """`rows` delivery rows spread over `seconds` seconds from 0 (shifted per file later)."""
     second, route, partition, events, size, writes, latency = [], [], [], [], [], [], []
+    catchup_events: list[int] = []
+    catchup_age: list[list[tuple[str, int]]] = []
     for index in range(rows):
         second.append((index * seconds // rows) * 1000)
         route.append(f"route-{rng.randrange(ROUTES)}")
@@ -77,11 +79,16 @@ def delivery_template(rows: int, seconds: int, rng: random.Random) -> pa.Table:
         events.append(count)
         size.append(count * 1100)
         writes.append(max(1, count // 20))
+        # One row in ten is half catch-up (streams resuming): those events are in its age histogram, not latency.
+        catchup = count // 2 if index % 10 == 0 else 0
+        catchup_events.append(catchup)
+        catchup_age.append([(str(bucket(600_000)), catchup)] if catchup else [])
+        live = count - catchup
         histogram: dict[int, int] = {}
         for _ in range(3):
             index_ = bucket(int(rng.lognormvariate(3, 1)))
-            histogram[index_] = histogram.get(index_, 0) + count // 3
-        histogram[bucket(5)] = histogram.get(bucket(5), 0) + count - 3 * (count // 3)
+            histogram[index_] = histogram.get(index_, 0) + live // 3
+        histogram[bucket(5)] = histogram.get(bucket(5), 0) + live - 3 * (live // 3)
         latency.append([(str(key), value) for key, value in sorted(histogram.items())])
     return pa.Table.from_pydict(
         {
@@ -97,6 +104,8 @@ def delivery_template(rows: int, seconds: int, rng: random.Random) -> pa.Table:
             "bytes": size,
             "writes": writes,
             "latency": latency,
+            "catchup_events": catchup_events,
+            "catchup_age": catchup_age,
         },
         schema=_on_the_topic(DELIVERIES),
     )
