@@ -28,7 +28,7 @@ if [ "$WEB_TLS_PORT" != off ]; then
 fi
 echo "admin: $base/admin/"
 echo "api: $base/api/v1/ (docs: $base/api/v1/docs/, AsyncAPI: $base/api/v1/asyncapi.yaml)"
-echo "analytics: $base/analytics/ (rolled up every minute from the delivery log under var/delivery-log)"
+echo "analytics: $base/analytics/ (rolled up every minute from the delivery log topic ${DELIVERY_LOG_TOPIC:-sse-delivery-log})"
 echo "metrics: $base/metrics (Prometheus), probes: $base/healthz $base/readyz"
 echo "kafka: $KAFKA_BOOTSTRAP_SERVERS"
 grep -E '^(admin user|admin password):' <<<"$setup"
