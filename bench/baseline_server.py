@@ -70,10 +70,11 @@ def parse_head(head: bytes) -> tuple[bytes, dict[bytes, bytes]] | None:
     return path, headers
 
 
-class Stream(asyncio.Protocol):
-    def __init__(self, history: int, catch_up: int) -> None:
-        self.history = history
-        self.catch_up = catch_up
+class Request(asyncio.Protocol):
+    """One connection: reads the request head, refuses what is no GET (or too long a head), and hands the path
+    and headers of a GET to `answer` once."""
+
+    def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.head = b""
         self.answered = False
@@ -96,10 +97,27 @@ class Stream(asyncio.Protocol):
                 self.refuse()
             return
         self.answered = True
-        self.respond(parsed[1].get(b"last-event-id"))
+        self.answer(*parsed)
 
-    def respond(self, last_id: bytes | None) -> None:
+    def answer(self, path: bytes, headers: dict[bytes, bytes]) -> None:
+        raise NotImplementedError
+
+    def refuse(self) -> None:
         assert self.transport is not None
+        self.answered = True
+        self.transport.write(REFUSED)
+        self.transport.close()
+
+
+class Stream(Request):
+    def __init__(self, history: int, catch_up: int) -> None:
+        super().__init__()
+        self.history = history
+        self.catch_up = catch_up
+
+    def answer(self, path: bytes, headers: dict[bytes, bytes]) -> None:
+        assert self.transport is not None
+        last_id = headers.get(b"last-event-id")
         first = 1
         count = self.history
         if last_id is not None:
@@ -107,12 +125,6 @@ class Stream(asyncio.Protocol):
                 first, count = int(last_id) + 1, self.catch_up
         body = b"retry:2000\n\n" + b"".join(event(n) for n in range(first, first + count))
         self.transport.write(HEAD + b"%x\r\n%s\r\n" % (len(body), body))
-
-    def refuse(self) -> None:
-        assert self.transport is not None
-        self.answered = True
-        self.transport.write(REFUSED)
-        self.transport.close()
 
 
 async def serve(port: int, history: int, catch_up: int) -> None:
@@ -176,35 +188,15 @@ class Hub:
         return b"".join(encoded for n, encoded in self.events if n > number)
 
 
-class LiveStream(asyncio.Protocol):
+class LiveStream(Request):
     """A stream of the live mode: `/-/health` answers with the hub's counts, any other GET subscribes, from the
     live end or, with a `Last-Event-ID` the hub wrote, from the event after it."""
 
     def __init__(self, hub: Hub) -> None:
+        super().__init__()
         self.hub = hub
-        self.transport: asyncio.Transport | None = None
-        self.head = b""
-        self.answered = False
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        if self.answered:
-            return
-        self.head += data
-        try:
-            parsed = parse_head(self.head)
-        except ValueError:
-            self.refuse()
-            return
-        if parsed is None:
-            if len(self.head) > MAX_HEAD:
-                self.refuse()
-            return
-        path, headers = parsed
-        self.answered = True
+    def answer(self, path: bytes, headers: dict[bytes, bytes]) -> None:
         assert self.transport is not None
         if path == b"/-/health":
             body = json.dumps({"streams": len(self.hub.streams), "delivered": self.hub.delivered}).encode()
@@ -225,12 +217,6 @@ class LiveStream(asyncio.Protocol):
     def write(self, chunk: bytes) -> None:
         assert self.transport is not None
         self.transport.write(chunk)
-
-    def refuse(self) -> None:
-        assert self.transport is not None
-        self.answered = True
-        self.transport.write(REFUSED)
-        self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.hub.streams.discard(self)
