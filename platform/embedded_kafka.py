@@ -1,8 +1,8 @@
 """Apache Kafka as the embedded broker: one KRaft node (broker and controller in one JVM) under var/kafka/.
 
 The jars come from Maven Central through `platform/kafka/pom.xml`; `platform/install.sh` copies them once into
-`jar_dir()`, a cache outside the checkout named after the pom's hash. Storage is formatted on first start and
-kept under `var/kafka/data/`, so topics and records survive a restart of `make run`.
+`jar_dir()`, a cache outside the checkout named after the pom's hash (config/jar_cache.py). Storage is formatted
+on first start and kept under `var/kafka/data/`, so topics and records survive a restart of `make run`.
 
 The pieces that make one node (`NodeSpec`, `server_properties`, `format_storage`, `spawn`, `metadata_ready`) are
 also what the tests use to start brokers of their own, up to a three-node cluster.
@@ -13,7 +13,6 @@ Run as a script, ``embedded_kafka.py jar-dir`` prints where the jars belong (for
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 import shutil
 import subprocess
@@ -36,6 +35,8 @@ from embedded import (
     wait_ready,
     write_text,
 )
+
+from config.jar_cache import pom_dir
 
 POM = ROOT / "platform" / "kafka" / "pom.xml"
 LOG4J = ROOT / "platform" / "kafka" / "log4j2.properties"
@@ -61,9 +62,7 @@ BROKER_DEFAULTS: dict[str, str] = {
 
 def jar_dir() -> Path:
     """Where install.sh copies the jars of the pom as it is now."""
-    digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sse-kafka-platform"
-    return base / f"kafka-{digest}"
+    return pom_dir("kafka", POM)
 
 
 def classpath() -> str:

@@ -13,8 +13,6 @@ Run as a script, ``embedded_registry.py app-dir`` prints where the application b
 
 from __future__ import annotations
 
-import hashlib
-import os
 import signal
 import subprocess
 import sys
@@ -25,6 +23,8 @@ from pathlib import Path
 
 from embedded import HOST, ROOT, VAR, ServiceError, pick_port, wait_ready
 from embedded_kafka import java
+
+from config.jar_cache import pom_dir
 
 POM = ROOT / "platform" / "registry" / "pom.xml"
 
@@ -51,9 +51,7 @@ STOP_GRACE = 10.0
 
 def app_dir() -> Path:
     """Where install.sh unpacks the application of the pom as it is now."""
-    digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sse-kafka-platform"
-    return base / f"registry-{digest}"
+    return pom_dir("registry", POM)
 
 
 def runner_jar() -> Path:

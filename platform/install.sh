@@ -99,45 +99,47 @@ if [ ! -e "$stamp" ]; then
     say "done"
 fi
 
-# --- Apache Kafka's jars -------------------------------------------------------
-# The directory is named after the pom's hash, so a changed pom gets a fresh copy; embedded_kafka.py finds it
-# the same way. Maven's own repository (~/.m2) keeps the downloads, so a new clone copies without fetching.
+# --- Jars from Maven Central ----------------------------------------------------
+# Each set lives in a cache directory outside the checkout that the Python side names after its pom's hash
+# (config/jar_cache.py), so a changed pom gets a fresh copy; a directory holding .complete is left alone.
+# Maven's own repository (~/.m2) keeps the downloads, so a new clone copies without fetching.
+#   maven_copy [--then FUNCTION] WHAT DIR POM GOAL [MAVEN ARGS...]
+# runs `mvn -q -B -f POM GOAL ARGS... -DoutputDirectory=DIR` into an emptied DIR, then FUNCTION DIR if given.
+maven_copy() {
+    local then=""
+    if [ "$1" = --then ]; then
+        then="$2"
+        shift 2
+    fi
+    local what="$1" dir="$2" pom="$3"
+    shift 3
+    [ -e "$dir/.complete" ] && return 0
+    say "fetching $what with Maven into $dir"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    quietly mvn -q -B -f "$pom" "$@" -DoutputDirectory="$dir"
+    if [ -n "$then" ]; then
+        "$then" "$dir"
+    fi
+    touch "$dir/.complete"
+    say "done"
+}
+
+# Apache Kafka's jars for the embedded broker (platform/embedded_kafka.py).
 kafka_jars="$(.venv/bin/python platform/embedded_kafka.py jar-dir)"
-if [ ! -e "$kafka_jars/.complete" ]; then
-    say "fetching Apache Kafka with Maven into $kafka_jars"
-    rm -rf "$kafka_jars"
-    mkdir -p "$kafka_jars"
-    quietly mvn -q -B -f platform/kafka/pom.xml dependency:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$kafka_jars"
-    touch "$kafka_jars/.complete"
-    say "done"
-fi
+maven_copy "Apache Kafka" "$kafka_jars" platform/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime
 
-# --- Spark's Kafka source ---------------------------------------------------------
-# spark-sql-kafka-0-10, spark-avro and what they need beyond pyspark's jars, in a directory named after the pom's
-# hash as for Kafka; analytics/jobs/jars.py finds it the same way and the rollup gives them to Spark as local jars.
+# spark-sql-kafka-0-10, spark-avro and what they need beyond pyspark's jars: analytics/jobs/jars.py gives them to
+# Spark as local jars.
 spark_jars="$(.venv/bin/python -m analytics.jobs.jars)"
-if [ ! -e "$spark_jars/.complete" ]; then
-    say "fetching Spark's Kafka source with Maven into $spark_jars"
-    rm -rf "$spark_jars"
-    mkdir -p "$spark_jars"
-    quietly mvn -q -B -f platform/spark/pom.xml dependency:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$spark_jars"
-    touch "$spark_jars/.complete"
-    say "done"
-fi
+maven_copy "Spark's Kafka source" "$spark_jars" platform/spark/pom.xml \
+    dependency:copy-dependencies -DincludeScope=runtime
 
-# --- The tests' schema registry ---------------------------------------------------
-# Apicurio Registry's release archive (a Quarkus runner jar and its lib/), in a directory named after the pom's
-# hash as for Kafka; embedded_registry.py finds it the same way. The archive stays in ~/.m2 only.
+# The tests' schema registry (platform/embedded_registry.py): Apicurio Registry's release archive (a Quarkus
+# runner jar and its lib/), unpacked; the archive stays in ~/.m2 only.
+unpack_registry() {
+    tar -xzf "$1/apicurio-registry.tar.gz" -C "$1"
+    rm "$1/apicurio-registry.tar.gz"
+}
 registry_app="$(.venv/bin/python platform/embedded_registry.py app-dir)"
-if [ ! -e "$registry_app/.complete" ]; then
-    say "fetching Apicurio Registry with Maven into $registry_app"
-    rm -rf "$registry_app"
-    mkdir -p "$registry_app"
-    quietly mvn -q -B -f platform/registry/pom.xml dependency:copy -DoutputDirectory="$registry_app"
-    tar -xzf "$registry_app/apicurio-registry.tar.gz" -C "$registry_app"
-    rm "$registry_app/apicurio-registry.tar.gz"
-    touch "$registry_app/.complete"
-    say "done"
-fi
+maven_copy --then unpack_registry "Apicurio Registry" "$registry_app" platform/registry/pom.xml dependency:copy

@@ -1,14 +1,17 @@
 """Where platform/install.sh puts Spark's Kafka source and Avro functions (platform/spark/pom.xml), and the list of
 jars a SparkSession is given: local files, never resolved when a job runs.
 
-`python -m analytics.jobs.jars` prints the directory (install.sh copies the jars there).
+`python -m analytics.jobs.jars` prints the directory (install.sh copies the jars there). Its name comes from
+config/jar_cache.py, as Kafka's and the registry's do, so this module loads the project package: it serves the
+driver (jobs/spark.py), and the jobs that run on Spark's executors never import it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
+
+from config.jar_cache import pom_dir
 
 POM = Path(__file__).resolve().parents[2] / "platform" / "spark" / "pom.xml"
 
@@ -22,9 +25,7 @@ def jar_dir() -> Path:
     after the pom's hash, so a changed pom gets a fresh copy."""
     if os.environ.get("SPARK_KAFKA_JARS_DIR"):
         return Path(os.environ["SPARK_KAFKA_JARS_DIR"])
-    digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sse-kafka-platform"
-    return base / f"spark-{digest}"
+    return pom_dir("spark", POM)
 
 
 def jars() -> list[str]:
