@@ -1,6 +1,7 @@
 """`race` (streams/edge/race.py) in the test's own task: a pump that is a coroutine of the test's, a `Flow` told of
 its client's going as daphne tells it (`client_lost`), and `stop` resolved as `Stream.end` resolves it. The stream
-runs in the one task it is given, and every way it ends keeps its reason."""
+runs in the one task it is given, and every way it ends keeps its reason. Last, a pump that fails in the real
+endpoint (tests/support/fuzz.py); the other ends against a live server: test_stream_ends.py."""
 
 from __future__ import annotations
 
@@ -10,12 +11,19 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
+from bindings.services import do_put_route
 from streams.access.revocations import REVOKED_EVENT
 from streams.codecs.asgi import Message
 from streams.edge.race import race
 from streams.server.daphne import Flow
+from streams.stream.pump import Pump as StreamPump
 from streams.telemetry.delivery_schema import End
+from tests.conftest import unique
+from tests.support.fuzz import Endpoint, endpoint
+
+__all__ = ["endpoint"]  # the fixture, imported for pytest
 
 TOPIC = "orders"
 
@@ -222,3 +230,27 @@ async def test_without_a_flow_a_task_watches_for_the_disconnect_and_goes_with_th
     await asyncio.sleep(0)
     assert watcher.done()
     assert asyncio.all_tasks() == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stream_whose_pump_raises_ends_as_failed_with_its_response_ended(
+    endpoint: Endpoint,
+    new_topic: Callable[..., str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic, path = new_topic(), "/" + unique("failing")
+    do_put_route(name=path[1:], path=path, topic=topic)
+
+    async def broken(_pump: StreamPump, _keepalive: int) -> None:
+        raise RuntimeError("a defect in the pump")
+
+    monkeypatch.setattr(StreamPump, "run", broken)
+    labels = {"route": path[1:], "reason": "failed"}
+    with caplog.at_level(logging.ERROR, logger="streams.edge.race"):
+        response = endpoint.call(path.encode())
+    assert response.status == 200
+    assert response.body.startswith(b"retry:")  # the opening went out before the pump failed
+    assert REGISTRY.get_sample_value("sse_streams_closed_total", labels) == 1
+    assert endpoint.runtime.stats.open_streams == 0
+    assert any(r.getMessage() == f"stream on {topic} failed" for r in caplog.records)
