@@ -169,3 +169,30 @@ def test_an_http2_stream_ends_at_once_when_its_client_resets_it_or_drops_the_con
             client.close()
         wait_until(lambda: web.health()["streams"] == 0, timeout=PROMPTLY_S)
         assert closed(f"http://127.0.0.1:{web.port}", path, "client_gone") == 3
+
+
+def test_an_http2_stream_the_server_resets_for_falling_behind_ends_as_a_slow_client(
+    new_topic: Callable[..., str], produce: Produce
+) -> None:
+    """The reset tells the flow its client is gone from within the stream's own task, while its pump is closing
+    it: the stream ends as the pump says, not as a client that left."""
+    with web_with_https(SSE_MAX_PENDING_BYTES=str(64 * 1024), SSE_STALL_GRACE_MS="200") as web:
+        topic = new_topic()
+        path = route(topic)
+        client = H2Client(web.tls_port)
+        stalled = client.get(path)
+        client.stall(stalled)
+        pumping = Pumping(client)
+        try:
+            wait_until(lambda: web.health()["streams"] == 1, timeout=15)
+            for index in range(64):  # 2 MiB: far more than its window, its queue and the bound
+                produce(topic, b'{"i": %d, "pad": "%s"}' % (index, b"x" * 32 * 1024))
+            wait_until(lambda: stalled in client.reset, timeout=30)
+            wait_until(lambda: web.health()["streams"] == 0, timeout=PROMPTLY_S)
+            metrics = f"http://127.0.0.1:{web.port}"
+            assert closed(metrics, path, "slow_client") == 1
+            assert closed(metrics, path, "client_gone") == 0
+            assert not client.lost  # its connection stayed up
+        finally:
+            pumping.stop()
+            client.close()
