@@ -8,8 +8,8 @@ the connection's `Flow` (`on_lost`, streams/server/daphne.py); a server that han
 reading `receive()` until `http.disconnect` instead, which calls the same callback.
 
 A stream used to run as three tasks (daphne's, its pump's and a watcher of `receive()`, joined by
-`asyncio.wait`); during a reconnect storm their steps and the wait were a fifth of what a stream's open cost
-(docs/benchmarks.md, "Reconnect storms").
+`asyncio.wait`): in a reconnect storm, their steps and the wait were much of the event loop's share of a stream's
+open, a fifth of it (docs/benchmarks.md, "Reconnect storms").
 """
 
 from __future__ import annotations

@@ -324,9 +324,12 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
             protocol.registerProducer(flow, True)
             scope.setdefault("extensions", {})[FLOW_EXTENSION] = flow
             queue = super().create_application(protocol, scope)
-            if queue is not None:  # else the client left already, and daphne runs nothing for it
+            details = self.connections.get(protocol)
+            if details is not None and details.get("disconnected"):
+                flow.client_lost()  # gone before its application was made: daphne will not say it again
+            elif details is not None:
                 # Kept with daphne's record of the connection, not on the request, which the flow holds: no cycle.
-                self.connections[protocol][FLOW_EXTENSION] = flow
+                details[FLOW_EXTENSION] = flow
             return queue
         return super().create_application(protocol, scope)
 
