@@ -1,8 +1,8 @@
 """The SSE endpoint: a plain ASGI app in front of Django.
 
 Paths under the reserved prefixes (admin, API, static, the demo page) go to Django; every other path is a
-stream request, matched against the routes. A stream runs as two tasks, the Kafka pump and a watcher of the
-client's `http.disconnect`; whichever ends first cancels the other, so a disconnect ends the stream at once.
+stream request, matched against the routes. A stream runs as one task, daphne's for the request: its pump runs
+there until it ends, the client goes or `stop` resolves, and either of those ends it at once (race.py).
 Before its response starts, `open_topic` finds the stream's topic and where it starts there, or the problem it
 is refused with. Its other parts live beside it: HTTP helpers (http.py), requests that open no stream
 (side_requests.py), the pump (streams/stream/pump.py), a guarded stream's token lease (streams/access/lease.py).
@@ -15,7 +15,7 @@ import hmac
 import logging
 import sys
 import time
-from collections.abc import Coroutine, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,9 +28,8 @@ from config.logs import log_access, new_request_id, request_id
 from streams.access.guards import Grant, Refusal, authorise
 from streams.access.lease import Lease
 from streams.access.renewal import CHALLENGE_EVENT
-from streams.access.revocations import REVOKED_EVENT
 from streams.codecs import sse
-from streams.codecs.asgi import ASGIApp, Receive, Scope, Send, header, until_disconnect
+from streams.codecs.asgi import ASGIApp, Receive, Scope, Send, header
 from streams.edge.http import (
     MAX_LAST_EVENT_ID_BYTES,
     STREAM_HEADERS,
@@ -44,6 +43,7 @@ from streams.edge.http import (
 )
 from streams.edge.limits import LimitReached, identity_of
 from streams.edge.metrics import STARTS, exposition
+from streams.edge.race import race
 from streams.edge.readiness import PROBES, Readiness
 from streams.edge.runtime import Runtime
 from streams.edge.runtime import runtime as process_runtime
@@ -260,7 +260,8 @@ class Stream:
         end = End.SERVER_STOPPING  # unless the race below ends otherwise
         try:
             registration.open()
-            end = await race(pump.run(route.endpoint.keepalive_s), self.receive, self.send, self.stop, matched.topic)
+            pumping = pump.run(route.endpoint.keepalive_s)
+            end = await race(pumping, self.stop, flow=flow, receive=self.receive, send=self.send, topic=matched.topic)
         finally:
             registration.close(end)
             await pump.close()
@@ -328,27 +329,6 @@ async def open_topic(
         return TopicProblem(503, "Server busy", detail, "max_historical_readers", retry)
     STARTS.labels("hit" if source is Source.CACHE else "miss").inc()
     return state, opened
-
-
-async def race(
-    pump: Coroutine[Any, Any, None], receive: Receive, send: Send, stop: asyncio.Future[End], topic: str
-) -> End:
-    """A stream's pump, its client's disconnect and `stop` race; whichever ends first cancels the others. Returns
-    how the stream ended."""
-    pumping = await until_disconnect(pump, receive, stop, name=f"sse-pump:{topic}")
-    failed = pumping.done() and not pumping.cancelled() and pumping.exception() is not None
-    stopped = stop.done() and not stop.cancelled()
-    if failed:
-        log.error("stream on %s failed", topic, exc_info=pumping.exception())
-    if failed or stopped:
-        farewell = REVOKED_EVENT if stopped and stop.result() is End.REVOKED else b""
-        await send({"type": "http.response.body", "body": farewell, "more_body": False})
-    if failed:
-        return End.FAILED
-    if stopped:
-        return stop.result()
-    # The pump returns by itself only when it closed a slow client.
-    return End.SLOW_CLIENT if pumping.done() and not pumping.cancelled() else End.CLIENT_GONE
 
 
 class Registration:

@@ -7,6 +7,9 @@ hands it to the app as `scope["extensions"]["sse.flow"]`. Streams then stop writ
 close it past a bound (it resumes from its Last-Event-ID). Why, and which Twisted internals this relies on:
 docs/decisions/0001-daphne-with-write-flow-control.md.
 
+A `Flow` also tells its stream when the client is gone (`on_lost`), as daphne puts `http.disconnect` on the
+app's queue: a stream then needs no task of its own reading that queue (docs/request-lifecycle.md, step 14).
+
 Over HTTP/2 a response is one stream of a shared connection: `StreamFlow` pauses and closes that stream alone
 (docs/request-lifecycle.md, "HTTP/2"), woken by its connection (streams/server/http2.py), never by a timer. Each
 client address holds at most `SSE_MAX_CONNECTIONS_PER_CLIENT` connections (streams/server/peers.py).
@@ -24,6 +27,7 @@ import asyncio
 import contextlib
 import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -63,12 +67,15 @@ ACCEPTS_PER_TURN = 1000
 
 @implementer(IPushProducer)
 class Flow:
-    """Twisted's pause/resume signal for one HTTP response, readable from asyncio (same thread)."""
+    """Twisted's pause/resume signal for one HTTP response, readable from asyncio (same thread); and whether its
+    client is gone (`lost`), with `on_lost`, set by the response's reader, called once when it goes."""
 
     def __init__(self, request: Any) -> None:
         self.request = request
         self.paused = False
         self.closed = False
+        self.lost = False
+        self.on_lost: Callable[[], None] | None = None
         self._writable = asyncio.Event()
         self._writable.set()
 
@@ -84,6 +91,16 @@ class Flow:
     def stopProducing(self) -> None:
         self.closed = True
         self._writable.set()
+
+    def client_lost(self) -> None:
+        """The client is gone (its connection dropped, its HTTP/2 stream was reset) or the response has ended:
+        daphne has just put `http.disconnect` on the app's queue. Called on the loop's thread, possibly from
+        within the app's own task (`StreamFlow.abort` resets the stream there and then)."""
+        if self.lost:
+            return
+        self.lost = True
+        if self.on_lost is not None:
+            self.on_lost()
 
     async def wait_writable(self) -> None:
         await self._writable.wait()
@@ -306,7 +323,24 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
             flow = StreamFlow(protocol) if is_http2(protocol) else Flow(protocol)
             protocol.registerProducer(flow, True)
             scope.setdefault("extensions", {})[FLOW_EXTENSION] = flow
+            queue = super().create_application(protocol, scope)
+            details = self.connections.get(protocol)
+            if details is not None and details.get("disconnected"):
+                flow.client_lost()  # gone before its application was made: daphne will not say it again
+            elif details is not None:
+                # Kept with daphne's record of the connection, not on the request, which the flow holds: no cycle.
+                details[FLOW_EXTENSION] = flow
+            return queue
         return super().create_application(protocol, scope)
+
+    def protocol_disconnected(self, protocol: Any) -> None:
+        """daphne calls this when the request's connection is lost (over HTTP/2: its stream is reset or its
+        connection drops, `H2Stream.connectionLost`) and when its response ends, each time just after it put
+        `http.disconnect` on the app's queue: the response's flow hears it too."""
+        super().protocol_disconnected(protocol)
+        flow = self.connections.get(protocol, {}).pop(FLOW_EXTENSION, None)
+        if flow is not None:
+            flow.client_lost()
 
     async def handle_reply(self, protocol: Any, message: dict[str, Any]) -> None:
         ending = message.get("type") == "http.response.body" and not message.get("more_body", False)

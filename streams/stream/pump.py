@@ -339,7 +339,7 @@ class Pump:
 
     async def _park(self) -> None:
         if self.phase is Phase.STOPPED:
-            await self.waiter.wait()  # ended from outside: the stream's task is about to cancel this one
+            await self.waiter.wait()  # ended from outside: `stop` is about to interrupt it (streams/edge/race.py)
             return
         self.phase = Phase.PARKED if self.intake.at_live_end() else Phase.WAITING
         try:

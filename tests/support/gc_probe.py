@@ -1,15 +1,17 @@
-"""The server (`python -m streams.server`) with a probe of its cyclic garbage, for tests.
+"""The server (`python -m streams.server`) with a probe of its cyclic garbage and its asyncio tasks, for tests.
 
     GC_PROBE_OUT=/tmp/garbage.json python -m tests.support.gc_probe <daphne's arguments>
 
 On SIGUSR1 it runs a full collection that keeps what it finds (`gc.DEBUG_SAVEALL`) and writes, to
 `GC_PROBE_OUT`, how many objects it found and how many of each type, then frees them. Objects that only the
 collector frees are those in reference cycles: a stream that leaves some behind each time it ends makes every
-full collection longer and the process's memory wait for it.
+full collection longer and the process's memory wait for it. It writes how many asyncio tasks are pending too
+(a stream runs in its request's task, and starts none: streams/edge/race.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import gc
 import json
@@ -28,7 +30,17 @@ def type_name(found: object) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
+def pending_tasks() -> int:
+    """The event loop's pending tasks (the handler runs on the loop's thread, between two of its steps)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return 0
+    return len(asyncio.all_tasks(loop))
+
+
 def probe(_signum: int, _frame: FrameType | None) -> None:
+    tasks = pending_tasks()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         collected = gc.collect()
@@ -37,7 +49,7 @@ def probe(_signum: int, _frame: FrameType | None) -> None:
         gc.garbage.clear()
         gc.set_debug(0)
     partial = OUT.with_name("." + OUT.name)
-    partial.write_text(json.dumps({"collected": collected, "types": dict(types)}))
+    partial.write_text(json.dumps({"collected": collected, "types": dict(types), "tasks": tasks}))
     partial.rename(OUT)  # whole or absent, for the test that waits for it
 
 

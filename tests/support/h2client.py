@@ -15,6 +15,7 @@ import time
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
@@ -80,6 +81,12 @@ class H2Client:
         """Let the server send `stream` `size` more bytes (a stalled stream's reader taking a little)."""
         with self._lock:
             self.conn.increment_flow_control_window(size, stream)
+            self._flush()
+
+    def cancel(self, stream: int) -> None:
+        """Reset `stream` (RST_STREAM, CANCEL), as a browser does when a page closes one `EventSource`."""
+        with self._lock:
+            self.conn.reset_stream(stream, h2.errors.ErrorCodes.CANCEL)
             self._flush()
 
     def pump(self, timeout: float) -> None:
