@@ -16,7 +16,6 @@ A server process has one, `runtime`; tests may make their own.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +41,7 @@ from streams.hub.hub import Hub, current_hub, get_hub
 from streams.kafka.client import ReaderStats
 from streams.kafka.decoding import Models
 from streams.routes.table import OpenStreams, RouteTable
+from streams.server import collector
 from streams.server.peers import PeerStats
 from streams.server.reaping import ServerConnections
 from streams.telemetry.counters import StreamStats
@@ -147,7 +147,8 @@ class Runtime:
             "closed_on_revocation": self.revocations.closed,
             **counts,
             **self.delivery_log.stats(),
-            "gc_frozen_objects": gc.get_freeze_count(),  # frozen after each full pass (streams/server/collector.py)
+            # Frozen after each full pass; counted at start and at each review (streams/server/collector.py).
+            "gc_frozen_objects": collector.frozen_objects(),
             "memory_reclaims": self.memory.runs,
         }
 

@@ -85,3 +85,19 @@ def test_tuning_twice_installs_one_callback() -> None:
         found["callbacks"] = gc.callbacks.count(collector.freeze_after_full_pass)
     """)
     assert found["callbacks"] == 1
+
+
+def test_the_frozen_count_is_counted_at_start_and_at_each_review_only() -> None:
+    """Counting frozen objects walks all of them: `/-/health` reports the count taken at start and at each review,
+    and a full pass in between (which freezes more) does not make anyone count again."""
+    found = run("""
+        found["at_start"] = collector.frozen_objects() == gc.get_freeze_count()
+        kept = [Node() for _ in range(1000)]
+        gc.collect()
+        found["between"] = gc.get_freeze_count() - collector.frozen_objects()
+        collector.review()
+        found["reviewed"] = collector.frozen_objects() == gc.get_freeze_count()
+    """)
+    assert found["at_start"] is True
+    assert found["between"] >= 1000
+    assert found["reviewed"] is True
