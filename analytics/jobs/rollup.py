@@ -107,6 +107,13 @@ def _rows(frame: DataFrame) -> list[dict[str, Any]]:
     return frame.toArrow().to_pylist()  # type: ignore[no-any-return]
 
 
+def _columns(frame: DataFrame, names: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+    """The frame's rows, as tuples of `names`, moved as Arrow columns: millions of rows come back several times
+    faster than as Row objects, and than as dicts."""
+    table = frame.select(*names).toArrow()
+    return zip(*(table.column(name).to_pylist() for name in names), strict=True)
+
+
 def _minute(column: str) -> Any:
     """The minute of a timestamp column, as epoch seconds."""
     return (F.col(column).cast("long") / 60).cast("long") * 60
@@ -138,24 +145,13 @@ def _deliveries(frame: DataFrame, result: Rollup) -> None:
         .agg(F.sum("count").alias("count"), *(F.sum(F.when(is_own, F.col(name))).alias(name) for name in TRAFFIC))
     )
     sums = sums.persist(StorageLevel.MEMORY_AND_DISK)  # collected in two parts, so each fits the driver's memory
-    for route, topic, minute, count, *traffic in _columns(sums.where(is_own), (*keys, "count", *TRAFFIC)):
-        result.rows_in += count
-        target = result.minute(route, topic, minute)
-        for name, value in zip(TRAFFIC, traffic, strict=True):
-            target[name] += value or 0
+    _add_minutes(result, sums.where(is_own).select(*keys, F.col("count").alias("rows"), *TRAFFIC), TRAFFIC)
     histograms: list[dict[tuple[str, str, int, int], int]] = [getattr(result, column) for column in HISTOGRAMS]
     for route, topic, minute, cell, count in _columns(sums.where(~is_own), (*keys, "cell", "count")):
         index, bucket = divmod(cell - HISTOGRAM, BUCKET_SPAN)
         histogram, key = histograms[index], (route, topic, minute, bucket)
         histogram[key] = histogram.get(key, 0) + count
     sums.unpersist()
-
-
-def _columns(frame: DataFrame, names: Sequence[str]) -> Iterator[tuple[Any, ...]]:
-    """The frame's rows, as tuples of `names`, moved as Arrow columns: millions of rows come back several times
-    faster than as Row objects, and than as dicts."""
-    table = frame.select(*names).toArrow()
-    return zip(*(table.column(name).to_pylist() for name in names), strict=True)
 
 
 def _buckets(column: str, index: int) -> Any:
