@@ -132,9 +132,10 @@ class StreamReader:
         eof = []
         budget = CHUNK_BYTES
         cursors = dict(self.cursors)
-        for partition, cursor in self.cursors.items():
+        for partition, start in self.cursors.items():
             window = self.cache.log(self.topic, partition)
-            if window is not None and conflate and cursor < window.start:
+            cursor = start
+            if window is not None and conflate and start < window.start:
                 # Conflating skips what the window no longer holds: a key updated only before it is not resent.
                 cursor = cursors[partition] = window.start
             if window is None or cursor < window.start:

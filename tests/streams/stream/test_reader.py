@@ -183,8 +183,8 @@ def test_a_stream_that_took_a_position_moves_on_alone_and_leaves_the_other_where
     follower.take_position(leader, delivered=1)
     cache.open(TOPIC, 2, 0)
     assert follower.grow({0: 0, 1: 0, 2: 0})
-    assert 2 in follower.cursors and 2 in follower.subscription.progress
-    assert 2 not in leader.cursors and 2 not in leader.subscription.progress
+    assert (2 in follower.cursors, 2 in follower.subscription.progress) == (True, True)
+    assert (2 in leader.cursors, 2 in leader.subscription.progress) == (False, False)
 
 
 def test_where_a_new_streams_first_records_come_from() -> None:
