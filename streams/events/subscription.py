@@ -97,9 +97,10 @@ class Subscription:
 
     def adopt(self, leader: Subscription, delivered: int) -> None:
         """Take the state of a settled subscription that just fed what this one would have been fed. (Only a
-        stream at the live end adopts, streams/stream/pump.py: it has reached its ends already.)"""
-        self.progress = dict(leader.progress)
-        self._parts = dict(leader._parts)
+        stream at the live end adopts, streams/stream/pump.py: it has reached its ends already.) The two then
+        share `progress` and the encoded parts: both are replaced, never changed in place."""
+        self.progress = leader.progress
+        self._parts = leader._parts
         self._text = leader._text
         self.delivered += delivered
 
@@ -120,6 +121,7 @@ class Subscription:
         """Partitions added to the topic after this subscription began: listed in the ids from now on as nothing
         delivered yet (-2, read from the earliest on resuming), and delivered as they come, since every record of
         theirs is newer than the subscription (no compaction snapshot, and caught-up does not wait for them)."""
+        self.progress, self._parts = dict(self.progress), dict(self._parts)  # perhaps shared (`adopt`)
         for partition in partitions:
             if partition not in self.progress:
                 self.progress[partition] = OFFSET_EARLIEST
@@ -164,6 +166,7 @@ class Subscription:
         is, so the id still moves past the whole batch); records without a key are all sent.
         """
         out: list[bytes] = []
+        self.progress, self._parts = dict(self.progress), dict(self._parts)  # perhaps shared (`adopt`)
         if conflate:
             records = _latest_per_key(records)
         for record in records:

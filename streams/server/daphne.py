@@ -78,6 +78,7 @@ class Flow:
         self.on_lost: Callable[[], None] | None = None
         self._writable = asyncio.Event()
         self._writable.set()
+        self._direct: Any = None  # the TCP transport, once a write went straight to its socket
 
     # IPushProducer: Twisted calls these on the loop thread (daphne runs the asyncio reactor).
     def pauseProducing(self) -> None:
@@ -113,25 +114,37 @@ class Flow:
         `epoll_ctl` calls for every write, most of the cost of a fan-out to many clients. Whatever the kernel
         does not take is left to Twisted, whose buffer then drives pause/resume as before. TLS and HTTP/2
         connections always take Twisted's path.
+
+        A fan-out writes the same bytes to many clients: the chunk is framed once for all of them (`_framed`),
+        and what never changes for a connection (plain TCP, chunked, headers sent) is looked up once.
         """
         if self.closed or not data:
             return
-        request = self.request
-        transport: Any = getattr(getattr(request, "channel", None), "transport", None)
-        if not self._can_send_now(request, transport):
+        request, transport = self.request, self._direct
+        if transport is None:
+            transport = getattr(getattr(request, "channel", None), "transport", None)
+            if not self._can_send_now(request, transport):
+                request.write(data)
+                return
+            self._direct = transport
+        elif not (
+            transport.connected
+            and not transport._writeDisconnected
+            and not transport._tempDataLen
+            and len(transport.dataBuffer) == transport.offset
+            and not request.finished
+            and not request._disconnected
+        ):
             request.write(data)
             return
         request.sentLength += len(data)
-        head, tail = b"%x\r\n" % len(data), b"\r\n"
+        framed = _framed(data)
         try:
-            sent = transport.socket.sendmsg([head, data, tail])
-        except BlockingIOError:
+            sent = transport.socket.send(framed)
+        except OSError:  # full (BlockingIOError), or broken: Twisted notices on its next write and cleans up
             sent = 0
-        except OSError:
-            sent = 0  # Twisted notices the broken connection on its next write and cleans up
-        total = len(head) + len(data) + len(tail)
-        if sent < total:
-            transport.write((head + data + tail)[sent:])
+        if sent < len(framed):
+            transport.write(framed[sent:])
 
     @staticmethod
     def _can_send_now(request: Any, transport: Any) -> bool:
@@ -154,6 +167,19 @@ class Flow:
         transport = getattr(self.request, "transport", None) or getattr(self.request.channel, "transport", None)
         if transport is not None:
             transport.abortConnection()
+
+
+_last_chunk: tuple[bytes, bytes] = (b"", b"")
+
+
+def _framed(data: bytes) -> bytes:
+    """`data` as one chunk of a chunked body; the last one framed is kept, as a fan-out writes it to many."""
+    global _last_chunk  # noqa: PLW0603  (one entry, replaced by the next chunk)
+    if _last_chunk[0] is data:
+        return _last_chunk[1]
+    framed = b"%x\r\n%s\r\n" % (len(data), data)
+    _last_chunk = (data, framed)
+    return framed
 
 
 def is_http2(request: Any) -> bool:

@@ -180,17 +180,33 @@ class DirectWrites:
 
     def __init__(self, out: Output, intake: Intake, reader: StreamReader, *, wake: Callable[[], None]) -> None:
         self.out, self.intake, self.reader, self.wake = out, intake, reader, wake
-        self.phase = Phase.WORKING
+        self._phase = Phase.WORKING
+        # The share key of where the pump stands, kept while only the hub's writes move it: each fan-out then
+        # builds one key per group (its leader's), not one per stream. Dropped when the phase changes (the
+        # task ran, or will) or the reader grows.
+        self.key: Hashable | None = None
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @phase.setter
+    def phase(self, phase: Phase) -> None:
+        self._phase, self.key = phase, None
 
     def share_key(self) -> Hashable | None:
         """Pumps with equal keys write the same bytes for the next batch (None: this one cannot share now)."""
-        return None if self._flow() is None else self.intake.share_key()
+        if self._flow() is None:
+            return None
+        if self.key is None:
+            self.key = self.intake.share_key()
+        return self.key
 
     def _flow(self) -> Flow | None:
         """The connection, when the hub may write to it here and now: the pump is parked, the connection has
         room, and no event of the stream's own waits to go first."""
         flow = self.out.flow
-        if self.phase is not Phase.PARKED or flow is None or flow.paused or flow.closed or self.intake.injected:
+        if self._phase is not Phase.PARKED or flow is None or flow.paused or flow.closed or self.intake.injected:
             return None
         return flow
 
@@ -201,6 +217,7 @@ class DirectWrites:
             self.wake()
             return None
         data = self.intake.lead()
+        self.key = self.intake.share_key()  # where it stands now, as do the pumps that adopt this write
         if data:
             self.out.write_now(data)
         if self.intake.shared_pending or flow.paused:
@@ -211,6 +228,7 @@ class DirectWrites:
         """Write what `leader` (a pump whose share key equals this one's) just wrote, and take its position."""
         lead = leader.direct
         self.reader.take_position(lead.reader, lead.intake.shared_delivered)
+        self.key = lead.key
         if data:
             self.out.write_now(data, lead.out.last_write)
         if lead.intake.shared_pending or self.out.flow.paused:  # type: ignore[union-attr]  # shared: it has one
@@ -300,6 +318,7 @@ class Pump:
     def grow(self, starts: Mapping[int, int]) -> None:
         """Partitions were added to the topic: read them from `starts`, and list them in the ids from now on."""
         if self.reader.grow(starts):
+            self.direct.key = None
             self.waiter.set()  # their windows may hold records already, which no fan-out will announce
 
     async def close(self) -> None:

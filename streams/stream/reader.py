@@ -26,7 +26,10 @@ CHUNK_BYTES = 256 * 1024  # at most this much per write, so no connection's buff
 
 
 class StreamReader:
-    """Where one stream stands in each partition of its topic (its cursors, which only it moves), and its reads."""
+    """Where one stream stands in each partition of its topic (its cursors, which only it moves), and its reads.
+
+    The cursors dict is replaced, never changed in place: a stream that takes another's position after a shared
+    write (`take_position`, every follower of a fan-out) holds the same dict, at no cost per stream."""
 
     def __init__(
         self, cache: Cache, kafka: KafkaSettings, state: TopicState, subscription: Subscription, starts: dict[int, int]
@@ -77,13 +80,13 @@ class StreamReader:
         left as they are. Returns whether there were any."""
         added = {p: offset for p, offset in starts.items() if p not in self.cursors}
         if added:
-            self.cursors.update(added)
+            self.cursors = {**self.cursors, **added}
             self.subscription.grow(added)
         return bool(added)
 
     def take_position(self, other: StreamReader, delivered: int) -> None:
         """Stand where `other`, in the same position a moment ago, stands after its read."""
-        self.cursors = dict(other.cursors)
+        self.cursors = other.cursors  # never changed in place: shared
         self.subscription.adopt(other.subscription, delivered)
 
     def shared_key(self) -> tuple[object, ...] | None:
@@ -128,21 +131,23 @@ class StreamReader:
         records = []
         eof = []
         budget = CHUNK_BYTES
-        for partition in self.cursors:
+        cursors = dict(self.cursors)
+        for partition, start in self.cursors.items():
             window = self.cache.log(self.topic, partition)
-            if window is not None and conflate and self.cursors[partition] < window.start:
+            cursor = start
+            if window is not None and conflate and start < window.start:
                 # Conflating skips what the window no longer holds: a key updated only before it is not resent.
-                self.cursors[partition] = window.start
-            cursor = self.cursors[partition]
+                cursor = cursors[partition] = window.start
             if window is None or cursor < window.start:
                 continue
             got = window.read(cursor, len(window)) if conflate else _within_budget(window.read(cursor), budget)
             if got:
                 records.extend(got)
                 budget -= sum(record.size for record in got)
-                self.cursors[partition] = got[-1].offset + 1
+                cursors[partition] = got[-1].offset + 1
             elif partition in self.state.at_end:
                 eof.append(partition)
+        self.cursors = cursors
         return self.subscription.feed(records, eof, conflate=conflate) if records or eof else b""
 
     async def read_history(self) -> bytes:
@@ -170,9 +175,11 @@ class StreamReader:
             await self.close_history()
             await asyncio.sleep(HISTORY_POLL_S)
             return b""
+        cursors = dict(self.cursors)
         for record in records:
-            self.cursors[record.partition] = record.offset + 1
-        self.cursors.update(history.handed_over(self.cursors, behind))
+            cursors[record.partition] = record.offset + 1
+        cursors.update(history.handed_over(cursors, behind))
+        self.cursors = cursors
         return self.subscription.feed(records) if records else b""
 
     async def close_history(self) -> None:

@@ -161,6 +161,28 @@ def test_streams_in_the_same_position_share_one_encoding_of_a_batch(
         assert feeds[id(filtered)] >= 1  # other options: a group of its own
 
 
+def test_a_parked_streams_share_key_follows_its_position_when_its_topic_grows(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    """A parked pump keeps its share key between fan-outs (the hub's writes alone move it): partitions added to
+    the topic move it too, so it no longer groups with, and takes the position of, pumps without them."""
+    topic = new_topic()
+    with running_hub(loop_thread) as (_hub, streams):
+        stream = streams(topic, start=LIVE)
+        produce(topic, b"first")
+        wait_until(lambda: stream.values == ["first"] and stream.pump.phase is Phase.PARKED)
+
+        async def grow() -> tuple[object, object]:
+            pump = stream.pump
+            before = pump.share_key()
+            pump.grow({**pump.cursors, 99: 0})  # as the hub does when the topic gains partitions
+            return before, pump.share_key()
+
+        before, after = loop_thread.run(grow())
+        assert before is not None
+        assert after != before
+
+
 def count_feeds(streams: list[OpenStream]) -> dict[int, int]:
     """Count each stream's `Subscription.feed` calls from now on."""
     counts = dict.fromkeys((id(stream) for stream in streams), 0)

@@ -155,6 +155,38 @@ def test_a_stream_takes_the_position_of_one_that_just_read_the_same() -> None:
     assert leader.read_cache() == follower.read_cache()  # the same bytes, ids included
 
 
+def test_a_stream_that_took_a_position_moves_on_alone_and_leaves_the_other_where_it_stands() -> None:
+    """Taking a position shares the other's dicts (a fan-out's followers copy nothing): whoever moves next,
+    reading, growing or conflating, moves alone."""
+    cache = Cache(10**8)
+    for partition in (0, 1):
+        cache.open(TOPIC, partition, 0)
+    cache.append(TOPIC, 0, records(0, 0, b"a", b"b"))
+    leader, follower = reader_of(cache, {0: 0, 1: 0}), reader_of(cache, {0: 0, 1: 0})
+    leader.read_cache()
+    follower.take_position(leader, delivered=2)
+    leader_id = leader.subscription.event_id(None)
+    cache.append(TOPIC, 1, records(1, 0, b"x"))
+    assert texts(follower.read_cache()) == ["x"]
+    assert follower.cursors == {0: 2, 1: 1}
+    assert leader.cursors == {0: 2, 1: 0}
+    assert leader.subscription.progress == {0: 2, 1: 0}
+    assert leader.subscription.event_id(None) == leader_id
+    assert texts(leader.read_cache()) == ["x"]  # the leader still has it to read
+    # The other way round: the leader reads on, the one that took its position does not move.
+    follower.take_position(leader, delivered=1)
+    cache.append(TOPIC, 0, records(0, 2, b"c"))
+    assert texts(leader.read_cache()) == ["c"]
+    assert follower.cursors == {0: 2, 1: 1}
+    assert follower.subscription.progress == {0: 2, 1: 1}
+    # Growing one (partitions added to the topic) leaves the other as it is.
+    follower.take_position(leader, delivered=1)
+    cache.open(TOPIC, 2, 0)
+    assert follower.grow({0: 0, 1: 0, 2: 0})
+    assert (2 in follower.cursors, 2 in follower.subscription.progress) == (True, True)
+    assert (2 in leader.cursors, 2 in leader.subscription.progress) == (False, False)
+
+
 def test_where_a_new_streams_first_records_come_from() -> None:
     cache = Cache(10**8)
     cache.open(TOPIC, 0, 0)
