@@ -127,14 +127,7 @@ class Flow:
                 request.write(data)
                 return
             self._direct = transport
-        elif not (
-            transport.connected
-            and not transport._writeDisconnected
-            and not transport._tempDataLen
-            and len(transport.dataBuffer) == transport.offset
-            and not request.finished
-            and not request._disconnected
-        ):
+        elif not self._clear(request, transport):
             request.write(data)
             return
         request.sentLength += len(data)
@@ -151,12 +144,19 @@ class Flow:
         return bool(
             isinstance(transport, tcp.Connection)
             and not transport.TLS
-            and transport.connected
+            and request.startedWriting
+            and request.chunked
+            and Flow._clear(request, transport)
+        )
+
+    @staticmethod
+    def _clear(request: Any, transport: Any) -> bool:
+        """The part of `_can_send_now` that changes while the response goes on: nothing buffered, nothing ended."""
+        return bool(
+            transport.connected
             and not transport._writeDisconnected
             and not transport._tempDataLen
             and len(transport.dataBuffer) == transport.offset
-            and request.startedWriting
-            and request.chunked
             and not request.finished
             and not request._disconnected
         )
