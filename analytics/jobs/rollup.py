@@ -119,38 +119,59 @@ def _minute(column: str) -> Any:
     return (F.col(column).cast("long") / 60).cast("long") * 60
 
 
-def _add_minutes(result: Rollup, sums: DataFrame, names: Sequence[str]) -> None:
+def _add_minutes(result: Rollup, rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:
     """Add per (route, topic, minute) sums, each row with the count of input rows it came from."""
-    for row in _rows(sums):
+    for row in rows:
         result.rows_in += row["rows"]
         target = result.minute(row["route"], row["topic"], row["minute"])
         for name in names:
             target[name] += row[name] or 0
 
 
-def _deliveries(frame: DataFrame, result: Rollup) -> None:
+def _pair_key(route: Any, topic: Any) -> Any:
+    """A 64-bit number naming a route and topic, grouped on instead of the two strings."""
+    return F.xxhash64(route, topic)
+
+
+def _deliveries(frame: DataFrame, result: Rollup, *, by_key: bool = True) -> None:
     """One pass over the rows (they are most of the log, read from Kafka for this pass): each row becomes cells,
     its own (the row and its traffic, `OWN`) and one per bucket of each of its histograms (`HISTOGRAM` + the
     histogram's index * `BUCKET_SPAN` + the bucket), and one aggregation per route, topic, minute and cell sums
-    them. The cells are as narrow as they can be: a key of one number and a count, the traffic on the row's own
-    cell only, so what is shuffled is small."""
-    keys = ("route", "topic", "minute")
-    own = F.array(F.struct(F.lit(OWN).alias("cell"), F.lit(1).cast("long").alias("count")))
-    cells = F.concat(own, *(_buckets(column, index) for index, column in enumerate(HISTOGRAMS)))
-    is_own = F.col("cell") == OWN
+    them. The cells are as narrow as they can be: numbers only, the traffic on the row's own cell only, so what
+    is hashed and shuffled is small. A histogram's cell names its route and topic by their `_pair_key`, and the
+    row's own cell, grouped by the names as well, says which names a key stands for. Two pairs with one key (a
+    64-bit hash: not expected in a lifetime, but possible) are found there, before anything is added, and the
+    pass is made again grouped by the names themselves (`by_key=False`)."""
+    own = F.col("cell") == OWN
+    if by_key:
+        key = _pair_key(F.col("route"), F.col("topic"))
+        route, topic = F.when(own, F.col("route")), F.when(own, F.col("topic"))
+    else:
+        key, route, topic = F.lit(0).cast("long"), F.col("route"), F.col("topic")
+    first = F.array(F.struct(F.lit(OWN).alias("cell"), F.lit(1).cast("long").alias("count")))
+    cells = F.concat(first, *(_buckets(column, index) for index, column in enumerate(HISTOGRAMS)))
+    keys = ("route", "topic", "key", "minute", "cell")
     sums = (
-        frame.withColumn("minute", _minute("second"))
-        .select(*keys, *TRAFFIC, F.inline(cells))
-        .groupBy(*keys, "cell")
-        .agg(F.sum("count").alias("count"), *(F.sum(F.when(is_own, F.col(name))).alias(name) for name in TRAFFIC))
+        frame.select("route", "topic", key.alias("key"), _minute("second").alias("minute"), *TRAFFIC, F.inline(cells))
+        .groupBy(route.alias("route"), topic.alias("topic"), "key", "minute", "cell")
+        .agg(F.sum("count").alias("count"), *(F.sum(F.when(own, F.col(name))).alias(name) for name in TRAFFIC))
     )
     sums = sums.persist(StorageLevel.MEMORY_AND_DISK)  # collected in two parts, so each fits the driver's memory
-    _add_minutes(result, sums.where(is_own).select(*keys, F.col("count").alias("rows"), *TRAFFIC), TRAFFIC)
+    rows = _rows(sums.where(own).select(*keys[:4], F.col("count").alias("rows"), *TRAFFIC))
+    names: dict[int, tuple[str, str]] = {}
+    for row in rows:
+        pair = (row["route"], row["topic"])
+        if by_key and names.setdefault(row["key"], pair) != pair:
+            sums.unpersist()
+            _deliveries(frame, result, by_key=False)
+            return
+    _add_minutes(result, rows, TRAFFIC)
     histograms: list[dict[tuple[str, str, int, int], int]] = [getattr(result, column) for column in HISTOGRAMS]
-    for route, topic, minute, cell, count in _columns(sums.where(~is_own), (*keys, "cell", "count")):
+    for route_, topic_, key_, minute, cell, count in _columns(sums.where(~own), (*keys, "count")):
         index, bucket = divmod(cell - HISTOGRAM, BUCKET_SPAN)
-        histogram, key = histograms[index], (route, topic, minute, bucket)
-        histogram[key] = histogram.get(key, 0) + count
+        route_, topic_ = names[key_] if by_key else (route_, topic_)
+        histogram, at = histograms[index], (route_, topic_, minute, bucket)
+        histogram[at] = histogram.get(at, 0) + count
     sums.unpersist()
 
 
@@ -185,7 +206,7 @@ def _sessions(frame: DataFrame, result: Rollup) -> None:
         _count(closed & (end == End.TOKEN_EXPIRED.value)).alias("token_expiries"),
         _count(closed & (end == End.ROUTE_CHANGED.value)).alias("route_changes"),
     )
-    _add_minutes(result, sums, SESSION_COUNTS)
+    _add_minutes(result, _rows(sums), SESSION_COUNTS)
     by_identity = (
         frame.where(closed & F.col("identity").isNotNull())
         .groupBy("route", "minute", "identity")

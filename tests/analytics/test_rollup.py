@@ -13,6 +13,9 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from pyspark.sql import functions as F
+
+from analytics.jobs import rollup as rollup_job
 from analytics.jobs.rollup import rollup
 from analytics.jobs.source import LogFrames
 from analytics.models import (
@@ -145,6 +148,24 @@ def test_known_logs_give_known_sums(log_topic: str, spark: Any) -> None:
         true = ordered[int(quantile * len(ordered)) - 1]
         assert found is not None
         assert BOUNDS[bucket(true) - 1] <= found <= BOUNDS[bucket(true)] * 2**0.25  # within one bucket
+
+
+def test_routes_whose_keys_collide_are_summed_apart(
+    log_topic: str, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Histograms are grouped by a hash of route and topic; should two pairs share one, the pass is made again by
+    their names, and nothing of either is added to the other."""
+    known_logs(log_topic)
+    frames = LogFrames(spark, log_range(settings.KAFKA, log_topic))
+    expected = rollup(frames.tables)
+    monkeypatch.setattr(rollup_job, "_pair_key", lambda route, topic: F.lit(7).cast("long"))
+    collided = rollup(frames.tables)
+    frames.release()
+
+    assert collided == expected
+    assert {key for key in collided.latency if key[0] == "orders"} == {("orders", "items", MINUTE, bucket(1))}
+    assert sum(n for key, n in collided.latency.items() if key[0] == "items") == 2003
+    assert collided.rows_in == 13
 
 
 def test_a_second_run_adds_nothing_and_late_rows_merge(log_topic: str, spark: Any) -> None:
