@@ -15,6 +15,12 @@ from analytics.jobs.jars import jars
 # py4j logs each connection it closes at INFO, some of them from finalizers at interpreter exit.
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
+# The driver's heap when this process starts Spark's JVM (`SPARK_DRIVER_MEMORY`, Spark's own name for it). On
+# `local[*]` the job's tasks run in it too, and the worker keeps the JVM for every run: a day of 10 M delivery rows
+# rolls up in Spark's default of 1 GiB, but a session that went on to more passes has run out of it (a heap is
+# taken from the machine only as it fills).
+DRIVER_MEMORY = "2g"
+
 _lock = threading.Lock()
 _session: SparkSession | None = None
 _master: str | None = None
@@ -38,6 +44,7 @@ def spark_session(master: str) -> SparkSession:
             .config("spark.ui.enabled", "false")
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.shuffle.partitions", "8")
+            .config("spark.driver.memory", os.environ.get("SPARK_DRIVER_MEMORY") or DRIVER_MEMORY)
             # The Kafka source and Avro functions, as local files (platform/install.sh fetched them): the driver
             # serves them to a cluster's executors, and nothing is resolved from a repository at run time.
             .config("spark.jars", ",".join(jars()))
