@@ -143,34 +143,33 @@ def _deliveries(frame: DataFrame, result: Rollup, *, by_key: bool = True) -> Non
     64-bit hash: not expected in a lifetime, but possible) are found there, before anything is added, and the
     pass is made again grouped by the names themselves (`by_key=False`)."""
     own = F.col("cell") == OWN
-    if by_key:
-        key = _pair_key(F.col("route"), F.col("topic"))
-        route, topic = F.when(own, F.col("route")), F.when(own, F.col("topic"))
+    names_of = ("route", "topic")
+    if by_key:  # the key column, and the names kept on the row's own cell only
+        pair, named = _pair_key(F.col("route"), F.col("topic")), [F.when(own, F.col(name)) for name in names_of]
     else:
-        key, route, topic = F.lit(0).cast("long"), F.col("route"), F.col("topic")
+        pair, named = F.lit(0).cast("long"), [F.col(name) for name in names_of]
     first = F.array(F.struct(F.lit(OWN).alias("cell"), F.lit(1).cast("long").alias("count")))
     cells = F.concat(first, *(_buckets(column, index) for index, column in enumerate(HISTOGRAMS)))
     keys = ("route", "topic", "key", "minute", "cell")
     sums = (
-        frame.select("route", "topic", key.alias("key"), _minute("second").alias("minute"), *TRAFFIC, F.inline(cells))
-        .groupBy(route.alias("route"), topic.alias("topic"), "key", "minute", "cell")
+        frame.select("route", "topic", pair.alias("key"), _minute("second").alias("minute"), *TRAFFIC, F.inline(cells))
+        .groupBy(*(column.alias(name) for column, name in zip(named, names_of, strict=True)), "key", "minute", "cell")
         .agg(F.sum("count").alias("count"), *(F.sum(F.when(own, F.col(name))).alias(name) for name in TRAFFIC))
     )
     sums = sums.persist(StorageLevel.MEMORY_AND_DISK)  # collected in two parts, so each fits the driver's memory
     rows = _rows(sums.where(own).select(*keys[:4], F.col("count").alias("rows"), *TRAFFIC))
     names: dict[int, tuple[str, str]] = {}
     for row in rows:
-        pair = (row["route"], row["topic"])
-        if by_key and names.setdefault(row["key"], pair) != pair:
+        both = (row["route"], row["topic"])
+        if by_key and names.setdefault(row["key"], both) != both:
             sums.unpersist()
             _deliveries(frame, result, by_key=False)
             return
     _add_minutes(result, rows, TRAFFIC)
     histograms: list[dict[tuple[str, str, int, int], int]] = [getattr(result, column) for column in HISTOGRAMS]
-    for route_, topic_, key_, minute, cell, count in _columns(sums.where(~own), (*keys, "count")):
+    for route, topic, key, minute, cell, count in _columns(sums.where(~own), (*keys, "count")):
         index, bucket = divmod(cell - HISTOGRAM, BUCKET_SPAN)
-        route_, topic_ = names[key_] if by_key else (route_, topic_)
-        histogram, at = histograms[index], (route_, topic_, minute, bucket)
+        histogram, at = histograms[index], (*(names[key] if by_key else (route, topic)), minute, bucket)
         histogram[at] = histogram.get(at, 0) + count
     sums.unpersist()
 
