@@ -69,8 +69,10 @@ def test_a_stalled_client_is_closed_with_memory_bounded_and_resumes_with_nothing
     wait_until(lambda: health(server.url)["closed_slow"] == 1, timeout=30)
     grown = rss(server) - before
     # The bound: the cache (4 MiB), librdkafka's prefetch queue (8 MiB), one fetched batch (4 MiB) and one
-    # write (256 KiB) for the connection, with slack; stock daphne would buffer all 38 MiB for this client.
-    assert grown < 24 * MiB, f"RSS grew {grown / MiB:.1f} MiB"
+    # write (256 KiB) for the connection, and what the C allocator keeps of the 38 MiB that passed through (a
+    # stream is open, so nothing is trimmed): measured 10.7-25.1 MiB in five runs. Stock daphne would buffer all
+    # 38 MiB for this client on top of the rest.
+    assert grown < 32 * MiB, f"RSS grew {grown / MiB:.1f} MiB"
 
     stalled.pump(timeout=2)
     seen = stalled.events()
