@@ -49,7 +49,11 @@ class EventStream:
 
     def __init__(self, url: str, headers: dict[str, str] | None = None, timeout: float = 10.0) -> None:
         self.client = httpx.Client(timeout=httpx.Timeout(timeout))
-        self.response = self.client.send(self.client.build_request("GET", url, headers=headers), stream=True)
+        try:
+            self.response = self.client.send(self.client.build_request("GET", url, headers=headers), stream=True)
+        except BaseException:  # refused, timed out, reset: the client's socket is closed here, not by a collection
+            self.client.close()
+            raise
         self._chunks: Iterator[bytes] = self.response.iter_raw()
         self._buffer = b""
         self.timeout = timeout
