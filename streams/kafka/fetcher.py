@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import pickle
 import signal
 import socket
 import subprocess
@@ -38,6 +39,8 @@ from streams.kafka.pipe import Receiver
 log = logging.getLogger(__name__)
 
 BatchHandler = Callable[["FetchedBatch"], None]
+# Sent after every batch the loop takes: pickled once, as `Connection.send` would pickle it each time.
+TAKEN = pickle.dumps(("taken",))
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: `-m streams...` imports its code, not an installed one
 RESTART_BACKOFF_S = (0.0, 0.2, 0.5, 1.0, 2.0, 5.0)  # before the n-th restart in a row of a consumer that died young
 YOUNG_S = 10.0  # a consumer process that dies sooner than this after its start died young
@@ -197,7 +200,7 @@ class Fetcher:
             if batch.records or batch.eof:
                 self._on_batch(batch)
         finally:
-            self.thread.send(("taken",))
+            self.thread.send_pickled(TAKEN)
 
     def _restarted(self) -> None:
         """On the loop: a new consumer process runs, with nothing assigned."""
@@ -258,11 +261,15 @@ class ConsumerProcess:
 
     def send(self, message: tuple[Any, ...]) -> None:
         """Send a command to the consumer; dropped while none runs (a new one is given every assignment)."""
+        self.send_pickled(pickle.dumps(message))
+
+    def send_pickled(self, message: bytes) -> None:
+        """`send`, for a command pickled already (as `Connection.recv` unpickles it)."""
         with self._lock:
             if self._conn is None:
                 return
             with contextlib.suppress(OSError):  # the child died: the reader thread notices
-                self._conn.send(message)
+                self._conn.send_bytes(message)
 
     def _spawn(self) -> None:
         ours, theirs = socket.socketpair()
