@@ -42,8 +42,9 @@ class Subscriber(Watched, Protocol):
         """New records (or a partition's end) arrived for the topic; called on the event loop. Returns the bytes
         it wrote, or None when it left the work to its own task."""
 
-    def adopt(self, leader: Any, data: bytes) -> None:
-        """Write what `leader` (same share key) just wrote and take its position."""
+    def share(self, followers: list[Any], data: bytes) -> None:
+        """Write what this one just wrote (`data`, returned by `notify`) to `followers`, subscribers with the same
+        share key, and give them its position."""
 
     def account(self, clients: int) -> None:
         """Count what the last write delivered, to `clients` clients (a group's leader counts for the group)."""

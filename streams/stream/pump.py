@@ -36,7 +36,7 @@ class Phase(enum.Enum):
         PARKED or WAITING --woken: records arrived, an event was injected, a keep-alive is due--> WORKING
         any --stop(): the route changed, the token expired; or the stream closed--> STOPPED
 
-    Only a PARKED pump is written to by the hub directly (`notify`, `adopt`); a WORKING or WAITING one is only
+    Only a PARKED pump is written to by the hub directly (`notify`, `share`); a WORKING or WAITING one is only
     woken (a WAITING one's task then reads and counts what arrived as catch-up, until it parks at the live end),
     and a STOPPED one writes nothing more, from anywhere.
     """
@@ -69,6 +69,8 @@ class Output:
     """The client's end of a stream, and the one place that writes to it: every write (the task's, the hub's
     direct and shared ones, a keep-alive) goes out here, stamped with its time and counted in bytes. It goes
     through the connection's `Flow` when the server hands one over (written at once), else through ASGI `send`."""
+
+    __slots__ = ("flow", "last_write", "loop", "send", "written")  # as `DirectWrites`' (below)
 
     def __init__(self, send: Send, flow: Flow | None, loop: asyncio.AbstractEventLoop) -> None:
         self.send, self.flow, self.loop = send, flow, loop
@@ -136,7 +138,7 @@ class Intake:
         return (self.label, self.subscription.options, tuple(self.reader.cursors.items()), progress)
 
     def lead(self) -> bytes:
-        """The hub's read for a direct write, kept for the pumps in the same position that adopt it: what it
+        """The hub's read for a direct write, kept for the pumps in the same position that take it (`share`): what it
         delivered, and whether the window holds more."""
         before = self.subscription.delivered
         data = self._read_cache()
@@ -169,17 +171,23 @@ class Intake:
 
 
 class DirectWrites:
-    """The hub's writes to a pump's client (the pump's `Subscriber` hooks): while the pump is parked and its
-    connection has room, the fan-out writes to it here and now, one encoding shared by every pump in the same
-    position; anything else is left to the pump's task, which is woken. Handed the pump's output, intake and
-    reader, and how to wake it; it holds the pump's phase, which says when it may write.
+    """The hub's writes to a pump's client (the pump's `Subscriber` hooks, a base of `Pump`): while the pump is
+    parked and its connection has room, the fan-out writes to it here and now, one encoding shared by every pump
+    in the same position; anything else is left to the pump's task, which is woken. Given the pump's output,
+    intake and reader, and how to wake it; it holds the pump's phase, which says when it may write.
 
     This is the fan-out's hot path, run for every stream at every batch (1 000 streams at 100 batches/s is
-    100 000 calls a second): each call here shows in the CPU a stream costs (bench/fanout_cpu.py), which is why
-    the pump hands the hub these methods themselves, and a follower's write is stamped with its leader's time."""
+    100 000 calls a second). What it costs there is mostly memory, not instructions: between two batches the
+    kernel's socket work evicts the streams' objects from the CPU's caches, so each object a stream's share key
+    or write reaches is a cache miss. Hence the slots (the fields sit in the pump itself, no dict beside it),
+    the flow kept here rather than reached through the output, and a follower's write stamped with its
+    leader's time."""
+
+    __slots__ = ("_phase", "flow", "intake", "key", "out", "reader", "wake")
 
     def __init__(self, out: Output, intake: Intake, reader: StreamReader, *, wake: Callable[[], None]) -> None:
         self.out, self.intake, self.reader, self.wake = out, intake, reader, wake
+        self.flow = out.flow  # the connection's, for good
         self._phase = Phase.WORKING
         # The share key of where the pump stands, kept while only the hub's writes move it: each fan-out then
         # builds one key per group (its leader's), not one per stream. Dropped when the phase changes (the
@@ -196,17 +204,18 @@ class DirectWrites:
 
     def share_key(self) -> Hashable | None:
         """Pumps with equal keys write the same bytes for the next batch (None: this one cannot share now)."""
-        if self._flow() is None:
+        flow = self.flow  # `_flow`, inlined: this runs for every stream at every batch
+        if self._phase is not Phase.PARKED or flow is None or flow.paused or flow.closed:
             return None
         if self.key is None:
             self.key = self.intake.share_key()
         return self.key
 
     def _flow(self) -> Flow | None:
-        """The connection, when the hub may write to it here and now: the pump is parked, the connection has
-        room, and no event of the stream's own waits to go first."""
-        flow = self.out.flow
-        if self._phase is not Phase.PARKED or flow is None or flow.paused or flow.closed or self.intake.injected:
+        """The connection, when the hub may write to it here and now: the pump is parked (so no event of the
+        stream's own waits to go first: `Pump.inject` wakes it) and the connection has room."""
+        flow = self.flow
+        if self._phase is not Phase.PARKED or flow is None or flow.paused or flow.closed:
             return None
         return flow
 
@@ -217,28 +226,42 @@ class DirectWrites:
             self.wake()
             return None
         data = self.intake.lead()
-        self.key = self.intake.share_key()  # where it stands now, as do the pumps that adopt this write
+        self.key = self.intake.share_key()  # where it stands now, as do the pumps that take this write
         if data:
             self.out.write_now(data)
         if self.intake.shared_pending or flow.paused:
             self.wake()
         return data
 
-    def adopt(self, leader: Pump, data: bytes) -> None:
-        """Write what `leader` (a pump whose share key equals this one's) just wrote, and take its position."""
-        lead = leader.direct
-        self.reader.take_position(lead.reader, lead.intake.shared_delivered)
-        self.key = lead.key
-        if data:
-            self.out.write_now(data, lead.out.last_write)
-        if lead.intake.shared_pending or self.out.flow.paused:  # type: ignore[union-attr]  # shared: it has one
-            self.wake()
+    def share(self, followers: list[Pump], data: bytes) -> None:
+        """Write what this pump just wrote (`notify`) to `followers`, pumps whose share key equals this one's,
+        and give each this pump's position: its cursors, its subscription's progress (never changed in place, so
+        shared) and its share key; each is woken if the window holds more, or its connection is full.
+
+        One loop over the group, with what the followers take looked up once (`write_now` inlined): this is
+        most of a fan-out's Python."""
+        reader, key = self.reader, self.key
+        delivered, pending = self.intake.shared_delivered, self.intake.shared_pending
+        at, size = self.out.last_write, len(data)
+        for follower in followers:
+            follower.reader.take_position(reader, delivered)
+            follower.key = key
+            out, flow = follower.out, follower.flow
+            assert flow is not None  # noqa: S101  (a pump shares a key only with a flow, `share_key`)
+            if size:
+                flow.write(data)
+                out.last_write = at
+                out.written += size
+            if pending or flow.paused:
+                follower.wake()
 
 
-class Pump:
+class Pump(DirectWrites):
     """Moves one stream's records to its client: everything its intake has ready goes out in one write. A full
     connection is not written to; its slow-client policy decides what happens while it is full. It is the stream
-    as the hub sees it (a `Subscriber`); the hub's writes to it while it is parked are its `DirectWrites`."""
+    as the hub sees it (a `Subscriber`); the hub's writes to it while it is parked are its `DirectWrites`, which
+    it is (not has: the fan-out then finds the hooks on the class and their state in the pump itself, with no
+    object between, for every stream at every batch)."""
 
     def __init__(
         self,
@@ -264,20 +287,9 @@ class Pump:
         self.out = Output(send, flow, self.loop)
         self.policy = SlowClientPolicy(conflate=conflate, stats=stats or StreamStats())
         self.waiter = asyncio.Event()
-        self.direct = DirectWrites(self.out, self.intake, self.reader, wake=self.waiter.set)
-        # The fan-out's hooks (`Subscriber`), the direct writes' own methods: one call less per stream and batch.
-        self.share_key, self.notify, self.adopt = self.direct.share_key, self.direct.notify, self.direct.adopt
+        DirectWrites.__init__(self, self.out, self.intake, self.reader, wake=self.waiter.set)
         self.keepalive: KeepAlive | None = None
         self.state = self.reader.state = hub.attach(state, starts, self)
-
-    @property
-    def phase(self) -> Phase:
-        """Where the pump stands; its direct writes hold it, as it says when they may write."""
-        return self.direct.phase
-
-    @phase.setter
-    def phase(self, phase: Phase) -> None:
-        self.direct.phase = phase
 
     @property
     def cursors(self) -> dict[int, int]:
@@ -301,6 +313,8 @@ class Pump:
     def inject(self, data: bytes) -> None:
         """Send `data` (an event of the stream's own, such as a challenge) with the next write."""
         self.intake.injected += data
+        if self.phase is Phase.PARKED:  # woken: the hub writes no more to it directly, so the event goes first
+            self.phase = Phase.WORKING
         self.waiter.set()
 
     def stop(self) -> None:
@@ -318,7 +332,7 @@ class Pump:
     def grow(self, starts: Mapping[int, int]) -> None:
         """Partitions were added to the topic: read them from `starts`, and list them in the ids from now on."""
         if self.reader.grow(starts):
-            self.direct.key = None
+            self.key = None
             self.waiter.set()  # their windows may hold records already, which no fan-out will announce
 
     async def close(self) -> None:

@@ -36,7 +36,7 @@ class Client:
     def account(self, clients: int) -> None:
         pass
 
-    def adopt(self, leader: Any, data: bytes) -> None:
+    def share(self, followers: list[Any], data: bytes) -> None:
         pass
 
 
