@@ -6,6 +6,7 @@ flow control quietly degrading. See docs/decisions/0001-daphne-with-write-flow-c
 
 from __future__ import annotations
 
+import select
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -80,12 +81,49 @@ def test_flow_writes_to_the_socket_directly_only_on_an_idle_chunked_response(
     assert Flow._can_send_now(request, transport) is False
 
 
+def test_a_write_the_socket_took_in_part_sends_the_next_after_the_rest_not_before() -> None:
+    """A write the kernel took only in part leaves its rest to Twisted; the next waits its turn there, though the
+    socket would take it, and goes straight to the socket again only once Twisted's buffer is empty."""
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    make_connection: Any = tcp.Connection
+    transport = make_connection(ours, None, reactor=_Reactor())
+    transport.getPeer = lambda: IPv4Address("TCP", "127.0.0.1", 40000)
+    transport.getHost = lambda: IPv4Address("TCP", "127.0.0.1", 8000)
+    channel: Any = http.HTTPChannel()  # type: ignore[no-untyped-call]
+    channel.transport = transport
+    request = http.Request(channel)
+    request.startedWriting, request.chunked, transport.connected = 1, 1, 1
+    flow = Flow(request)
+    try:
+        flow.write(b"first")
+        assert theirs.recv(100) == b"5\r\nfirst\r\n"  # straight to the socket
+        flow.write(b"x" * 1_000_000)  # more than the kernel takes: the rest is left to Twisted
+        assert transport.dataBuffer or transport._tempDataLen
+        while select.select([theirs], [], [], 0.05)[0]:  # the client reads what the kernel took: it has room
+            theirs.recv(1 << 20)
+        flow.write(b"last")  # behind the rest, in Twisted's buffer, though the socket would take it now
+        assert not select.select([theirs], [], [], 0.05)[0]
+        buffered = bytes(transport.dataBuffer) + b"".join(transport._tempDataBuffer)
+        assert buffered.endswith(b"4\r\nlast\r\n")
+        transport.dataBuffer, transport.offset, transport._tempDataBuffer, transport._tempDataLen = b"", 0, [], 0
+        flow.write(b"again")  # Twisted's buffer empty (as once it drained): straight to the socket again
+        assert theirs.recv(100) == b"5\r\nagain\r\n"
+    finally:
+        ours.close()
+        theirs.close()
+
+
 class _Reactor:
     """Just enough of a reactor for a listening port and its accepted connections (nothing runs)."""
 
     def addReader(self, reader: object) -> None: ...
 
     def removeReader(self, reader: object) -> None: ...
+
+    def addWriter(self, writer: object) -> None: ...
+
+    def removeWriter(self, writer: object) -> None: ...
 
 
 def test_an_eager_port_accepts_every_waiting_connection_in_one_turn() -> None:
