@@ -183,6 +183,34 @@ def test_a_parked_streams_share_key_follows_its_position_when_its_topic_grows(
         assert after != before
 
 
+def test_an_event_of_a_parked_streams_own_goes_out_before_the_next_batch(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    """An event the stream injects (a challenge) leaves the pump parked no more: the hub stops writing to it
+    directly (its share key is None at once), so its task writes the event before anything read after it."""
+    topic = new_topic()
+    own = b"event: challenge\ndata: {}\n\n"
+    with running_hub(loop_thread) as (_hub, streams):
+        same = [streams(topic, start=LIVE) for _ in range(3)]
+        produce(topic, b"first")
+        wait_until(lambda: all(s.values == ["first"] and s.pump.phase is Phase.PARKED for s in same))
+
+        async def inject() -> tuple[object, Phase, object]:
+            pump = same[0].pump
+            pump.inject(own)
+            return pump.share_key(), pump.phase, same[1].pump.share_key()
+
+        key, phase, other = loop_thread.run(inject())
+        assert (key, phase) == (None, Phase.WORKING)
+        assert other is not None  # the others still share
+        produce(topic, b"second")
+        wait_until(lambda: all(s.values[-1:] == ["second"] for s in same))
+        data = bytes(same[0].flow.data)
+        assert data.index(own) < data.index(b"second")
+        assert own not in bytes(same[1].flow.data)
+        wait_until(lambda: same[0].pump.phase is Phase.PARKED)  # back in the group once the event is out
+
+
 def count_feeds(streams: list[OpenStream]) -> dict[int, int]:
     """Count each stream's `Subscription.feed` calls from now on."""
     counts = dict.fromkeys((id(stream) for stream in streams), 0)
