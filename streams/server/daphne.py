@@ -130,19 +130,11 @@ class Flow:
                 request.write(data)
                 return
             self._direct = transport
-        elif not (  # `_clear`, inlined: this runs for every client at every fan-out
-            transport.connected
-            and not transport._writeDisconnected
-            and not transport._tempDataLen
-            and len(transport.dataBuffer) == transport.offset
-            and not request.finished
-            and not request._disconnected
-        ):
+        elif not self._clear(request, transport):
             request.write(data)
             return
         request.sentLength += len(data)
-        last = _last_chunk
-        framed = last[1] if last[0] is data else _framed(data)
+        framed = _framed(data)
         try:
             sent = transport.socket.send(framed)
         except OSError:  # full (BlockingIOError), or broken: Twisted notices on its next write and cleans up

@@ -204,8 +204,7 @@ class DirectWrites:
 
     def share_key(self) -> Hashable | None:
         """Pumps with equal keys write the same bytes for the next batch (None: this one cannot share now)."""
-        flow = self.flow  # `_flow`, inlined: this runs for every stream at every batch
-        if self._phase is not Phase.PARKED or flow is None or flow.paused or flow.closed:
+        if self._flow() is None:
             return None
         if self.key is None:
             self.key = self.intake.share_key()
