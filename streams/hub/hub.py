@@ -222,25 +222,16 @@ class FanOut:
             state.fanout_cost = time.perf_counter() - started
 
     def _write_groups(self, state: TopicState) -> None:
-        # Grouped first by the key object itself: the followers of the last fan-out hold their leader's key, so
-        # most streams are grouped by identity, and only one key per object is hashed (a tuple's hash is not
-        # kept, and hashing it for every stream at every batch shows in the CPU per event).
-        by_object: dict[int, tuple[Hashable, list[Subscriber]]] = {}
+        groups: dict[Hashable, list[Subscriber]] = {}
         for subscriber in list(state.subscribers):
             key = subscriber.share_key()
             if key is None:
                 subscriber.notify()
                 subscriber.account(1)
-            elif (same := by_object.get(id(key))) is not None:
-                same[1].append(subscriber)
+            elif (group := groups.get(key)) is not None:
+                group.append(subscriber)
             else:
-                by_object[id(key)] = (key, [subscriber])
-        groups: dict[Hashable, list[Subscriber]] = {}
-        for key, members in by_object.values():
-            if (group := groups.get(key)) is not None:
-                group.extend(members)
-            else:
-                groups[key] = members
+                groups[key] = [subscriber]
         for leader, *followers in groups.values():
             data = leader.notify()
             if data is None:  # the leader's task writes (and counts) for it: the others go their own way

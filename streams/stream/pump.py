@@ -237,21 +237,16 @@ class DirectWrites:
         and give each this pump's position: its cursors, its subscription's progress (never changed in place, so
         shared) and its share key; each is woken if the window holds more, or its connection is full.
 
-        One loop over the group, with what the followers take looked up once (`write_now` inlined): this is
-        most of a fan-out's Python."""
+        One loop over the group, with what the followers take looked up once; each write is stamped with this
+        pump's time."""
         reader, key = self.reader, self.key
-        delivered, pending = self.intake.shared_delivered, self.intake.shared_pending
-        at, size = self.out.last_write, len(data)
+        delivered, pending, at = self.intake.shared_delivered, self.intake.shared_pending, self.out.last_write
         for follower in followers:
             follower.reader.take_position(reader, delivered)
             follower.key = key
-            out, flow = follower.out, follower.flow
-            assert flow is not None  # noqa: S101  (a pump shares a key only with a flow, `share_key`)
-            if size:
-                flow.write(data)
-                out.last_write = at
-                out.written += size
-            if pending or flow.paused:
+            if data:
+                follower.out.write_now(data, at)
+            if pending or follower.flow.paused:  # type: ignore[union-attr]  # it shares a key: it has a flow
                 follower.wake()
 
 
