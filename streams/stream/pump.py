@@ -274,14 +274,13 @@ class Pump(DirectWrites):
     ) -> None:
         self.hub, self.subscription = hub, subscription
         self.on_gone = on_gone  # the topic was deleted: how the stream ends
-        self.reader = StreamReader(hub.cache, hub.kafka, state, subscription, starts)
         self.label = label  # the route, for logs and the delivery log
-        self.loop = asyncio.get_running_loop()
-        self.intake = Intake(self.reader, label, log if log is not None and log.enabled else None, self.loop)
-        self.out = Output(send, flow, self.loop)
+        self.loop = loop = asyncio.get_running_loop()
         self.policy = SlowClientPolicy(conflate=conflate, stats=stats or StreamStats())
         self.waiter = asyncio.Event()
-        DirectWrites.__init__(self, self.out, self.intake, self.reader, wake=self.waiter.set)
+        reader = StreamReader(hub.cache, hub.kafka, state, subscription, starts)
+        intake = Intake(reader, label, log if log is not None and log.enabled else None, loop)
+        super().__init__(Output(send, flow, loop), intake, reader, wake=self.waiter.set)
         self.keepalive: KeepAlive | None = None
         self.state = self.reader.state = hub.attach(state, starts, self)
 

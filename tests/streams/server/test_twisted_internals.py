@@ -35,15 +35,20 @@ from streams.server.daphne import (
 def connection() -> Iterator[tuple[tcp.Connection, http.Request]]:
     """A real TCP connection object and an HTTP request on it (no reactor runs: nothing is sent)."""
     ours, theirs = socket.socketpair()
-    make_connection: Any = tcp.Connection  # no protocol and no reactor: typed for neither
-    transport = make_connection(ours, None, reactor=object())
+    yield request_on(ours, reactor=object())
+    ours.close()
+    theirs.close()
+
+
+def request_on(sock: socket.socket, reactor: object) -> tuple[tcp.Connection, http.Request]:
+    """Twisted's TCP connection over `sock`, and an HTTP request on it."""
+    make_connection: Any = tcp.Connection  # no protocol and no running reactor: typed for neither
+    transport = make_connection(sock, None, reactor=reactor)
     transport.getPeer = lambda: IPv4Address("TCP", "127.0.0.1", 40000)
     transport.getHost = lambda: IPv4Address("TCP", "127.0.0.1", 8000)
     channel: Any = http.HTTPChannel()  # type: ignore[no-untyped-call]
     channel.transport = transport
-    yield transport, http.Request(channel)
-    ours.close()
-    theirs.close()
+    return transport, http.Request(channel)
 
 
 def test_twisted_still_has_the_internals_flow_control_reads(connection: tuple[tcp.Connection, http.Request]) -> None:
@@ -86,13 +91,7 @@ def test_a_write_the_socket_took_in_part_sends_the_next_after_the_rest_not_befor
     socket would take it, and goes straight to the socket again only once Twisted's buffer is empty."""
     ours, theirs = socket.socketpair()
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    make_connection: Any = tcp.Connection
-    transport = make_connection(ours, None, reactor=_Reactor())
-    transport.getPeer = lambda: IPv4Address("TCP", "127.0.0.1", 40000)
-    transport.getHost = lambda: IPv4Address("TCP", "127.0.0.1", 8000)
-    channel: Any = http.HTTPChannel()  # type: ignore[no-untyped-call]
-    channel.transport = transport
-    request = http.Request(channel)
+    transport, request = request_on(ours, reactor=_Reactor())
     request.startedWriting, request.chunked, transport.connected = 1, 1, 1
     flow = Flow(request)
     try:
