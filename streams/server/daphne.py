@@ -71,7 +71,7 @@ class Flow:
     client is gone (`lost`), with `on_lost`, set by the response's reader, called once when it goes."""
 
     # No dict of its own: a fan-out reads every client's flow at every batch, one memory load less each.
-    __slots__ = ("_direct", "_writable", "closed", "lost", "on_lost", "paused", "request")
+    __slots__ = ("_direct", "_sock", "_uncounted", "_writable", "closed", "lost", "on_lost", "paused", "request")
 
     def __init__(self, request: Any) -> None:
         self.request = request
@@ -82,11 +82,18 @@ class Flow:
         self._writable = asyncio.Event()
         self._writable.set()
         self._direct: Any = None  # the TCP transport, once a write went straight to its socket
+        # Its socket, while nothing but this flow's whole writes has touched the transport since the last look at
+        # Twisted's state (`_clear`): writes then go straight to it, reaching neither the request nor the
+        # transport. Dropped by anything that may change that state: a partial write, a pause, the end of the
+        # response or of the connection, a write through the ASGI path (`FlowControlServer.handle_reply`).
+        self._sock: Any = None
+        self._uncounted = 0  # bytes written straight to the socket, not yet in the request's `sentLength`
 
     # IPushProducer: Twisted calls these on the loop thread (daphne runs the asyncio reactor).
     def pauseProducing(self) -> None:
         self.paused = True
         self._writable.clear()
+        self.settle()
 
     def resumeProducing(self) -> None:
         self.paused = False
@@ -95,6 +102,15 @@ class Flow:
     def stopProducing(self) -> None:
         self.closed = True
         self._writable.set()
+        self.settle()
+
+    def settle(self) -> None:
+        """Look at Twisted's state again before the next direct write, and count what went out directly in the
+        request's `sentLength` (daphne's access line reads it when the response ends)."""
+        self._sock = None
+        if self._uncounted:
+            self.request.sentLength += self._uncounted
+            self._uncounted = 0
 
     def client_lost(self) -> None:
         """The client is gone (its connection dropped, its HTTP/2 stream was reset) or the response has ended:
@@ -103,6 +119,7 @@ class Flow:
         if self.lost:
             return
         self.lost = True
+        self.settle()
         if self.on_lost is not None:
             self.on_lost()
 
@@ -119,28 +136,40 @@ class Flow:
         connections always take Twisted's path.
 
         A fan-out writes the same bytes to many clients: the chunk is framed once for all of them (`_framed`),
-        and what never changes for a connection (plain TCP, chunked, headers sent) is looked up once.
+        and what never changes for a connection (plain TCP, chunked, headers sent) is looked up once. After a
+        whole write, the next one skips the look at Twisted's state (`_sock`): a fan-out's write to a client
+        then reaches only this flow and the socket.
         """
-        if self.closed or not data:
+        sock = self._sock
+        if sock is None:
+            if self.closed or not data or not self._may_send(data):
+                return
+            sock = self._sock = self._direct.socket
+        elif not data:
             return
+        framed = _framed(data)
+        self._uncounted += len(data)
+        try:
+            sent = sock.send(framed)
+        except OSError:  # full (BlockingIOError), or broken: Twisted notices on its next write and cleans up
+            sent = 0
+        if sent < len(framed):
+            self.settle()  # Twisted holds the rest now: its state decides the next write
+            self._direct.write(framed[sent:])
+
+    def _may_send(self, data: bytes) -> bool:
+        """Whether the socket may be written to directly now; if not, `data` went through Twisted's request."""
         request, transport = self.request, self._direct
         if transport is None:
             transport = getattr(getattr(request, "channel", None), "transport", None)
             if not self._can_send_now(request, transport):
                 request.write(data)
-                return
+                return False
             self._direct = transport
         elif not self._clear(request, transport):
             request.write(data)
-            return
-        request.sentLength += len(data)
-        framed = _framed(data)
-        try:
-            sent = transport.socket.send(framed)
-        except OSError:  # full (BlockingIOError), or broken: Twisted notices on its next write and cleans up
-            sent = 0
-        if sent < len(framed):
-            transport.write(framed[sent:])
+            return False
+        return True
 
     @staticmethod
     def _can_send_now(request: Any, transport: Any) -> bool:
@@ -167,6 +196,7 @@ class Flow:
     def abort(self) -> None:
         """Drop the connection at once, buffered bytes and all."""
         self.closed = True
+        self.settle()
         transport = getattr(self.request, "transport", None) or getattr(self.request.channel, "transport", None)
         if transport is not None:
             transport.abortConnection()
@@ -372,6 +402,9 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
             flow.client_lost()
 
     async def handle_reply(self, protocol: Any, message: dict[str, Any]) -> None:
+        producer = getattr(protocol, "producer", None)
+        if isinstance(producer, Flow):
+            producer.settle()  # the request writes to the transport now: the flow looks at it again after
         ending = message.get("type") == "http.response.body" and not message.get("more_body", False)
         if ending and getattr(protocol, "producer", None) is not None and protocol.channel is not None:
             # Unregister before the response ends, or Twisted logs "Producer was not unregistered".

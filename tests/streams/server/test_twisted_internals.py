@@ -6,13 +6,16 @@ flow control quietly degrading. See docs/decisions/0001-daphne-with-write-flow-c
 
 from __future__ import annotations
 
+import asyncio
 import select
 import socket
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import twisted
+from daphne.http_protocol import WebRequest
 from twisted.internet import protocol, tcp
 from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
@@ -27,6 +30,7 @@ from streams.server.daphne import (
     STREAM_INTERNALS,
     TRANSPORT_INTERNALS,
     Flow,
+    FlowControlServer,
     accept_eagerly,
 )
 
@@ -111,6 +115,59 @@ def test_a_write_the_socket_took_in_part_sends_the_next_after_the_rest_not_befor
     finally:
         ours.close()
         theirs.close()
+
+
+def test_a_write_through_the_asgi_path_sends_the_next_direct_write_after_it() -> None:
+    """After a whole direct write, a flow writes straight to the socket without looking at Twisted's state again;
+    a body sent through daphne's ASGI path (into Twisted's buffer) makes it look again, so the next direct write
+    waits its turn behind those bytes. What went out directly is in the request's byte count by then."""
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    server: Any = FlowControlServer.__new__(FlowControlServer)  # nothing but its replies: no listening
+    server.connections = {}
+    transport, _ = request_on(ours, reactor=_Reactor())
+    channel: Any = http.HTTPChannel()  # type: ignore[no-untyped-call]
+    channel.transport, channel.factory = transport, SimpleNamespace(server=server)
+    request: Any = WebRequest(channel)
+    request.startedWriting, request.chunked, transport.connected = 1, 1, 1
+    request._response_started = True
+    flow = request.producer = Flow(request)
+    try:
+        flow.write(b"first")
+        flow.write(b"second")
+        assert theirs.recv(100) == b"5\r\nfirst\r\n6\r\nsecond\r\n"  # straight to the socket
+        body = {"type": "http.response.body", "body": b"x" * 1_000_000, "more_body": True}
+        asyncio.run(server.handle_reply(request, body))  # more than the kernel takes: Twisted holds the rest
+        assert transport.dataBuffer or transport._tempDataLen
+        while select.select([theirs], [], [], 0.05)[0]:  # the client reads what the kernel took: it has room
+            theirs.recv(1 << 20)
+        flow.write(b"last")  # behind the rest, in Twisted's buffer, though the socket would take it now
+        assert not select.select([theirs], [], [], 0.05)[0]
+        buffered = bytes(transport.dataBuffer) + b"".join(transport._tempDataBuffer)
+        assert buffered.endswith(b"4\r\nlast\r\n")
+        assert request.sentLength == len("first") + len("second") + 1_000_000 + len("last")
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_what_a_flow_wrote_directly_is_counted_when_its_client_leaves_or_it_stops(
+    connection: tuple[tcp.Connection, http.Request],
+) -> None:
+    """daphne's access line reads the request's `sentLength`: the direct writes are in it once the response
+    is over, however it ends."""
+    transport, request = connection
+    request.startedWriting, request.chunked, transport.connected = 1, 1, 1
+    left, stopped = Flow(request), Flow(request)
+    left.write(b"12345")
+    left.write(b"678")
+    left.client_lost()
+    assert request.sentLength == 8
+    stopped.write(b"abc")
+    stopped.stopProducing()
+    assert request.sentLength == 11
+    stopped.write(b"after")  # a stopped flow writes nothing more
+    assert request.sentLength == 11
 
 
 class _Reactor:
