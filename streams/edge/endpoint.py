@@ -364,7 +364,7 @@ class Registration:
             stream.lease.cancel()
         if stream.pump is not None:
             pump = stream.pump
-            row.events, row.bytes, row.replayed = pump.subscription.delivered, pump.written, pump.replayed
+            row.events, row.bytes, row.replayed = pump.delivered, pump.written, pump.replayed
         runtime.delivery_log.closed(row, end)
         # daphne logs a response when it ends; a stream its client left never does: it gets its own line.
         log_access(

@@ -31,6 +31,10 @@ class Position:
     text: bytes | None
 
 
+# A subscription's progress, each partition's encoded id part and the encoded id (`Subscription.standpoint`).
+Standpoint = tuple[dict[int, int], dict[int, bytes], bytes | None]
+
+
 @dataclass(frozen=True)
 class SubscriptionOptions:
     """How a subscription writes its events. Part of the fan-out's share key, hashed and compared for every
@@ -95,13 +99,16 @@ class Subscription:
         what the stream reads was produced after it began."""
         return len(self._reached) >= len(self._ends)
 
-    def adopt(self, leader: Subscription, delivered: int) -> None:
-        """Take the state of a settled subscription that just fed what this one would have been fed. (Only a
-        stream at the live end adopts, streams/stream/pump.py: it has reached its ends already.) The two then
-        share `progress` and the encoded parts: both are replaced, never changed in place."""
-        self.progress = leader.progress
-        self._parts = leader._parts
-        self._text = leader._text
+    def standpoint(self) -> Standpoint:
+        """Where it stands, for subscriptions that take this position (`adopt`): `progress` and the encoded parts,
+        shared, as they are replaced, never changed in place."""
+        return (self.progress, self._parts, self._text)
+
+    def adopt(self, standpoint: Standpoint, delivered: int) -> None:
+        """Stand where a settled subscription stood (its `standpoint`) after feeding what this one would have
+        been fed, `delivered` events. (Only a stream at the live end adopts, streams/stream/pump.py: it has
+        reached its ends already.)"""
+        self.progress, self._parts, self._text = standpoint
         self.delivered += delivered
 
     def position(self) -> Position:

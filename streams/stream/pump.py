@@ -20,7 +20,7 @@ from streams.events.subscription import Subscription
 from streams.hub.hub import Hub
 from streams.hub.topic_state import TopicState
 from streams.server.daphne import Flow
-from streams.stream.reader import StreamReader
+from streams.stream.reader import ReaderStandpoint, StreamReader
 from streams.stream.slow_client import Drained, SlowClientPolicy
 from streams.telemetry.counters import StreamStats
 from streams.telemetry.delivery_log import DeliverySink
@@ -180,10 +180,11 @@ class DirectWrites:
     100 000 calls a second). What it costs there is mostly memory, not instructions: between two batches the
     kernel's socket work evicts the streams' objects from the CPU's caches, so each object a stream's share key
     or write reaches is a cache miss. Hence the slots (the fields sit in the pump itself, no dict beside it),
-    the flow kept here rather than reached through the output, and a follower's write stamped with its
-    leader's time."""
+    the flow kept here rather than reached through the output, a follower's write stamped with its leader's
+    time, and a follower's position taken only when it is next needed (`lead`): a follower's turn reaches
+    the pump, its output, its flow and the socket, not its reader or subscription."""
 
-    __slots__ = ("_phase", "flow", "intake", "key", "out", "reader", "wake")
+    __slots__ = ("_phase", "flow", "intake", "key", "lead", "out", "owed", "reader", "wake")
 
     def __init__(self, out: Output, intake: Intake, reader: StreamReader, *, wake: Callable[[], None]) -> None:
         self.out, self.intake, self.reader, self.wake = out, intake, reader, wake
@@ -193,6 +194,11 @@ class DirectWrites:
         # builds one key per group (its leader's), not one per stream. Dropped when the phase changes (the
         # task ran, or will) or the reader grows.
         self.key: Hashable | None = None
+        # Where the leader of its last shared writes stood after them, not yet taken by the reader (`catch_up`),
+        # and the events those writes delivered: kept while the pump is parked, taken before anything reads
+        # the reader or the subscription (the phase changes, it leads a write, it grows).
+        self.lead: ReaderStandpoint | None = None
+        self.owed = 0
 
     @property
     def phase(self) -> Phase:
@@ -201,12 +207,22 @@ class DirectWrites:
     @phase.setter
     def phase(self, phase: Phase) -> None:
         self._phase, self.key = phase, None
+        if self.lead is not None:
+            self.catch_up()
+
+    def catch_up(self) -> None:
+        """Take the position the shared writes left it in (`share`), if they left one not taken yet."""
+        if (lead := self.lead) is not None:
+            self.lead = None
+            self.reader.take_position(lead, self.owed)
+            self.owed = 0
 
     def share_key(self) -> Hashable | None:
         """Pumps with equal keys write the same bytes for the next batch (None: this one cannot share now)."""
         if self._flow() is None:
             return None
         if self.key is None:
+            self.catch_up()
             self.key = self.intake.share_key()
         return self.key
 
@@ -224,6 +240,7 @@ class DirectWrites:
         if flow is None:
             self.wake()
             return None
+        self.catch_up()
         data = self.intake.lead()
         self.key = self.intake.share_key()  # where it stands now, as do the pumps that take this write
         if data:
@@ -234,15 +251,17 @@ class DirectWrites:
 
     def share(self, followers: list[Pump], data: bytes) -> None:
         """Write what this pump just wrote (`notify`) to `followers`, pumps whose share key equals this one's,
-        and give each this pump's position: its cursors, its subscription's progress (never changed in place, so
-        shared) and its share key; each is woken if the window holds more, or its connection is full.
+        and give each this pump's position: its share key, and its standpoint (cursors and subscription state,
+        never changed in place, so shared), which the follower's reader takes when it is next needed
+        (`catch_up`); each is woken if the window holds more, or its connection is full.
 
         One loop over the group, with what the followers take looked up once; each write is stamped with this
         pump's time."""
-        reader, key = self.reader, self.key
+        lead, key = self.reader.standpoint(), self.key
         delivered, pending, at = self.intake.shared_delivered, self.intake.shared_pending, self.out.last_write
         for follower in followers:
-            follower.reader.take_position(reader, delivered)
+            follower.lead = lead
+            follower.owed += delivered
             follower.key = key
             if data:
                 follower.out.write_now(data, at)
@@ -286,7 +305,13 @@ class Pump(DirectWrites):
 
     @property
     def cursors(self) -> dict[int, int]:
-        return self.reader.cursors
+        """Next offset to read, per partition: where the last write left the stream (shared or its own)."""
+        return self.reader.cursors if self.lead is None else self.lead[0]
+
+    @property
+    def delivered(self) -> int:
+        """Events written to the client."""
+        return self.subscription.delivered + self.owed
 
     @property
     def written(self) -> int:
@@ -324,6 +349,7 @@ class Pump(DirectWrites):
 
     def grow(self, starts: Mapping[int, int]) -> None:
         """Partitions were added to the topic: read them from `starts`, and list them in the ids from now on."""
+        self.catch_up()
         if self.reader.grow(starts):
             self.key = None
             self.waiter.set()  # their windows may hold records already, which no fan-out will announce

@@ -13,13 +13,16 @@ import enum
 from collections.abc import Mapping
 
 from config.kafka_settings import KafkaSettings
-from streams.events.subscription import Subscription
+from streams.events.subscription import Standpoint, Subscription
 from streams.hub.cache import Cache
 from streams.hub.shared_reads import Read, SharedReads
 from streams.hub.topic_state import TopicState
 from streams.kafka.client import HistoricalReader, Record
 from streams.kafka.consumer_host import ConsumerLost
 from streams.telemetry.delivery_log import DeliverySink
+
+# A reader's cursors and its subscription's standpoint (`StreamReader.standpoint`).
+ReaderStandpoint = tuple[dict[int, int], Standpoint]
 
 HISTORY_POLL_S = 0.05
 CHUNK_BYTES = 256 * 1024  # at most this much per write, so no connection's buffer holds more
@@ -84,10 +87,15 @@ class StreamReader:
             self.subscription.grow(added)
         return bool(added)
 
-    def take_position(self, other: StreamReader, delivered: int) -> None:
-        """Stand where `other`, in the same position a moment ago, stands after its read."""
-        self.cursors = other.cursors  # never changed in place: shared
-        self.subscription.adopt(other.subscription, delivered)
+    def standpoint(self) -> ReaderStandpoint:
+        """Where it stands now, for streams that take this position (`take_position`): shared, not copied."""
+        return (self.cursors, self.subscription.standpoint())
+
+    def take_position(self, standpoint: ReaderStandpoint, delivered: int) -> None:
+        """Stand where another stream, in the same position before its read, stood after it (its `standpoint`),
+        having read `delivered` events."""
+        self.cursors = standpoint[0]  # never changed in place: shared
+        self.subscription.adopt(standpoint[1], delivered)
 
     def shared_key(self) -> tuple[object, ...] | None:
         """What a read from here depends on besides the route (streams/hub/shared_reads.py), or None when it depends on

@@ -17,6 +17,7 @@ from tests.conftest import wait_until
 from tests.e2e.test_zilla_scenarios import Produce
 from tests.streams.hub.test_hub_lifecycle import running_hub
 from tests.support.inprocess import LoopThread, OpenStream
+from tests.support.sse_client import Event
 
 LIVE = "live"
 
@@ -211,6 +212,50 @@ def test_an_event_of_a_parked_streams_own_goes_out_before_the_next_batch(
         wait_until(lambda: same[0].pump.phase is Phase.PARKED)  # back in the group once the event is out
 
 
+def test_a_follower_takes_the_position_of_shared_writes_when_it_next_needs_it(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    """The followers of a fan-out's shared writes leave their readers as they are, and only hold where the
+    leader stood after each write: their cursors and delivered counts say so at once, and a follower whose
+    task runs again (an event of its own) takes that position first, then goes on with the right ids."""
+    topic = new_topic()
+    own = b"event: challenge\ndata: {}\n\n"
+    with running_hub(loop_thread) as (_hub, streams):
+        same = [streams(topic, start=LIVE) for _ in range(3)]
+        produce(topic, b"first")
+        wait_until(lambda: all(s.values == ["first"] and s.pump.phase is Phase.PARKED for s in same))
+        for value in (b"a", b"b", b"c"):
+            produce(topic, value)
+            wait_until(lambda value=value: all(s.values[-1:] == [value.decode()] for s in same))
+
+        async def look() -> list[tuple[bool, dict[int, int], dict[int, int], int, int]]:
+            return [(s.pump.lead is not None, s.pump.cursors, s.pump.reader.cursors, s.pump.delivered,
+                     s.pump.subscription.delivered) for s in same]  # fmt: skip
+
+        seen = loop_thread.run(look())
+        followers = [i for i, (lazy, *_) in enumerate(seen) if lazy]
+        assert followers, "a fan-out to three parked streams in one position has followers"
+        assert all(cursors == seen[0][1] and delivered == 4 for _, cursors, _, delivered, _ in seen)
+        assert all(reader != cursors and taken < 4 for _, cursors, reader, _, taken in (seen[i] for i in followers))
+
+        follower = same[followers[0]]
+        loop_thread.run(_run(follower.pump.inject, own))  # its task runs: it takes the position first
+        wait_until(lambda: follower.pump.phase is Phase.PARKED and own in bytes(follower.flow.data))
+        assert loop_thread.run(look())[followers[0]][:3] == (False, seen[0][1], seen[0][1])
+        produce(topic, b"d")
+
+        def records() -> list[list[Event]]:
+            return [[e for e in s.events if e.id] for s in same]  # the challenge has no id
+
+        wait_until(lambda: all([e.text for e in r] == ["first", "a", "b", "c", "d"] for r in records()))
+        assert len({tuple(e.id for e in r) for r in records()}) == 1  # the same ids: no gap, nothing again
+        assert loop_thread.run(look())[followers[0]][3] == 5
+
+
+async def _run(call: Callable[..., object], *args: object) -> None:
+    call(*args)
+
+
 def count_feeds(streams: list[OpenStream]) -> dict[int, int]:
     """Count each stream's `Subscription.feed` calls from now on."""
     counts = dict.fromkeys((id(stream) for stream in streams), 0)
@@ -243,7 +288,7 @@ def test_streams_resuming_from_the_same_id_share_their_catch_up_reads(
         wait_until(lambda: all(stream.values == ["1", "2", "3", "4", "5"] for stream in resumed))
         assert {tuple(e.id for e in stream.events) for stream in resumed} == {tuple(e.id for e in live.events[1:])}
         assert reads.hits == 4  # the first read, the other four took it
-        assert all(stream.pump.subscription.delivered == 5 for stream in resumed)
+        assert all(stream.pump.delivered == 5 for stream in resumed)
         wait_until(lambda: log.events == 5 * 5)  # the takers are counted too, each event once per client
         assert log.catchup == 5 * 5  # all of it catching up
         wait_until(lambda: all(stream.pump.standing is Standing.LIVE for stream in resumed))

@@ -148,7 +148,7 @@ def test_a_stream_takes_the_position_of_one_that_just_read_the_same() -> None:
     cache.append(TOPIC, 0, records(0, 0, b"a", b"b"))
     leader, follower = reader_of(cache, {0: 0}), reader_of(cache, {0: 0})
     leader.read_cache()
-    follower.take_position(leader, delivered=2)
+    follower.take_position(leader.standpoint(), delivered=2)
     assert follower.cursors == {0: 2}
     assert follower.subscription.progress == leader.subscription.progress
     cache.append(TOPIC, 0, records(0, 2, b"c"))
@@ -164,7 +164,7 @@ def test_a_stream_that_took_a_position_moves_on_alone_and_leaves_the_other_where
     cache.append(TOPIC, 0, records(0, 0, b"a", b"b"))
     leader, follower = reader_of(cache, {0: 0, 1: 0}), reader_of(cache, {0: 0, 1: 0})
     leader.read_cache()
-    follower.take_position(leader, delivered=2)
+    follower.take_position(leader.standpoint(), delivered=2)
     leader_id = leader.subscription.event_id(None)
     cache.append(TOPIC, 1, records(1, 0, b"x"))
     assert texts(follower.read_cache()) == ["x"]
@@ -174,13 +174,13 @@ def test_a_stream_that_took_a_position_moves_on_alone_and_leaves_the_other_where
     assert leader.subscription.event_id(None) == leader_id
     assert texts(leader.read_cache()) == ["x"]  # the leader still has it to read
     # The other way round: the leader reads on, the one that took its position does not move.
-    follower.take_position(leader, delivered=1)
+    follower.take_position(leader.standpoint(), delivered=1)
     cache.append(TOPIC, 0, records(0, 2, b"c"))
     assert texts(leader.read_cache()) == ["c"]
     assert follower.cursors == {0: 2, 1: 1}
     assert follower.subscription.progress == {0: 2, 1: 1}
     # Growing one (partitions added to the topic) leaves the other as it is.
-    follower.take_position(leader, delivered=1)
+    follower.take_position(leader.standpoint(), delivered=1)
     cache.open(TOPIC, 2, 0)
     assert follower.grow({0: 0, 1: 0, 2: 0})
     assert (2 in follower.cursors, 2 in follower.subscription.progress) == (True, True)
