@@ -37,9 +37,9 @@ Standpoint = tuple[dict[int, int], dict[int, bytes], bytes | None]
 
 @dataclass(frozen=True)
 class SubscriptionOptions:
-    """How a subscription writes its events. Part of the fan-out's share key, hashed and compared for every
-    stream at every batch: its hash is computed once, and a subscription keeps the one shared object of its value
-    (`shared`), so keys of streams with the same options compare by identity."""
+    """How a subscription writes its events. A subscription keeps the one shared object of its value (`shared`),
+    so the fan-out's share key, built for every stream at every batch, holds it by identity; the shared reads'
+    key holds it by value, with its hash computed once."""
 
     filters: tuple[CompiledFilter, ...] = ()
     key_form: bool = False  # ids as ["<base64 key>","<etag id>"]

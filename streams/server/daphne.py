@@ -147,7 +147,8 @@ class Flow:
             sock = self._sock = self._direct.socket
         elif not data:
             return
-        framed = _framed(data)
+        last = _last_chunk  # `_framed`'s, looked up here: a fan-out's followers all write the chunk it holds
+        framed = last[1] if last[0] is data else _framed(data)
         self._uncounted += len(data)
         try:
             sent = sock.send(framed)

@@ -135,7 +135,10 @@ class Intake:
         if not self.subscription.settled:
             return None
         progress = tuple(self.subscription.progress.items())
-        return (self.label, self.subscription.options, tuple(self.reader.cursors.items()), progress)
+        # The options by identity (one object per value, `SubscriptionOptions.shared`): hashing the key for every
+        # stream at every fan-out then runs no Python `__hash__`.
+        options = id(self.subscription.options)
+        return (self.label, options, tuple(self.reader.cursors.items()), progress)
 
     def lead(self) -> bytes:
         """The hub's read for a direct write, kept for the pumps in the same position that take it (`share`): what it
@@ -219,7 +222,8 @@ class DirectWrites:
 
     def share_key(self) -> Hashable | None:
         """Pumps with equal keys write the same bytes for the next batch (None: this one cannot share now)."""
-        if self._flow() is None:
+        flow = self.flow  # as `_flow`, inline: this runs for every stream at every batch
+        if self._phase is not Phase.PARKED or flow is None or flow.paused or flow.closed:
             return None
         if self.key is None:
             self.catch_up()
