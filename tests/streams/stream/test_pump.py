@@ -3,6 +3,7 @@ broker, a fake client connection whose fullness the test sets."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from bindings.selectors import FilterSpec
@@ -224,9 +225,9 @@ def test_a_follower_takes_the_position_of_shared_writes_when_it_next_needs_it(
         same = [streams(topic, start=LIVE) for _ in range(3)]
         produce(topic, b"first")
         wait_until(lambda: all(s.values == ["first"] and s.pump.phase is Phase.PARKED for s in same))
-        for value in (b"a", b"b", b"c"):
-            produce(topic, value)
-            wait_until(lambda value=value: all(s.values[-1:] == [value.decode()] for s in same))
+        for value in ("a", "b", "c"):
+            produce(topic, value.encode())
+            wait_until(functools.partial(all_end_with, same, value))
 
         async def look() -> list[tuple[bool, dict[int, int], dict[int, int], int, int]]:
             return [(s.pump.lead is not None, s.pump.cursors, s.pump.reader.cursors, s.pump.delivered,
@@ -250,6 +251,10 @@ def test_a_follower_takes_the_position_of_shared_writes_when_it_next_needs_it(
         wait_until(lambda: all([e.text for e in r] == ["first", "a", "b", "c", "d"] for r in records()))
         assert len({tuple(e.id for e in r) for r in records()}) == 1  # the same ids: no gap, nothing again
         assert loop_thread.run(look())[followers[0]][3] == 5
+
+
+def all_end_with(streams: list[OpenStream], value: str) -> bool:
+    return all(stream.values[-1:] == [value] for stream in streams)
 
 
 async def _run(call: Callable[..., object], *args: object) -> None:
