@@ -103,12 +103,7 @@ def test_a_write_the_socket_took_in_part_sends_the_next_after_the_rest_not_befor
         assert theirs.recv(100) == b"5\r\nfirst\r\n"  # straight to the socket
         flow.write(b"x" * 1_000_000)  # more than the kernel takes: the rest is left to Twisted
         assert transport.dataBuffer or transport._tempDataLen
-        while select.select([theirs], [], [], 0.05)[0]:  # the client reads what the kernel took: it has room
-            theirs.recv(1 << 20)
-        flow.write(b"last")  # behind the rest, in Twisted's buffer, though the socket would take it now
-        assert not select.select([theirs], [], [], 0.05)[0]
-        buffered = bytes(transport.dataBuffer) + b"".join(transport._tempDataBuffer)
-        assert buffered.endswith(b"4\r\nlast\r\n")
+        write_waits_behind_twisted(flow, transport, theirs, b"last")
         transport.dataBuffer, transport.offset, transport._tempDataBuffer, transport._tempDataLen = b"", 0, [], 0
         flow.write(b"again")  # Twisted's buffer empty (as once it drained): straight to the socket again
         assert theirs.recv(100) == b"5\r\nagain\r\n"
@@ -139,12 +134,7 @@ def test_a_write_through_the_asgi_path_sends_the_next_direct_write_after_it() ->
         body = {"type": "http.response.body", "body": b"x" * 1_000_000, "more_body": True}
         asyncio.run(server.handle_reply(request, body))  # more than the kernel takes: Twisted holds the rest
         assert transport.dataBuffer or transport._tempDataLen
-        while select.select([theirs], [], [], 0.05)[0]:  # the client reads what the kernel took: it has room
-            theirs.recv(1 << 20)
-        flow.write(b"last")  # behind the rest, in Twisted's buffer, though the socket would take it now
-        assert not select.select([theirs], [], [], 0.05)[0]
-        buffered = bytes(transport.dataBuffer) + b"".join(transport._tempDataBuffer)
-        assert buffered.endswith(b"4\r\nlast\r\n")
+        write_waits_behind_twisted(flow, transport, theirs, b"last")
         assert request.sentLength == len("first") + len("second") + 1_000_000 + len("last")
     finally:
         ours.close()
@@ -168,6 +158,16 @@ def test_what_a_flow_wrote_directly_is_counted_when_its_client_leaves_or_it_stop
     assert request.sentLength == 11
     stopped.write(b"after")  # a stopped flow writes nothing more
     assert request.sentLength == 11
+
+
+def write_waits_behind_twisted(flow: Flow, transport: tcp.Connection, client: socket.socket, data: bytes) -> None:
+    """With bytes in Twisted's buffer, `data` is written behind them, though the socket would take it now."""
+    while select.select([client], [], [], 0.05)[0]:  # the client reads what the kernel took: it has room
+        client.recv(1 << 20)
+    flow.write(data)
+    assert not select.select([client], [], [], 0.05)[0]
+    buffered = bytes(transport.dataBuffer) + b"".join(transport._tempDataBuffer)
+    assert buffered.endswith(b"%x\r\n%s\r\n" % (len(data), data))
 
 
 class _Reactor:

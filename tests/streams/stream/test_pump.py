@@ -191,15 +191,12 @@ def test_an_event_of_a_parked_streams_own_goes_out_before_the_next_batch(
     """An event the stream injects (a challenge) leaves the pump parked no more: the hub stops writing to it
     directly (its share key is None at once), so its task writes the event before anything read after it."""
     topic = new_topic()
-    own = b"event: challenge\ndata: {}\n\n"
     with running_hub(loop_thread) as (_hub, streams):
-        same = [streams(topic, start=LIVE) for _ in range(3)]
-        produce(topic, b"first")
-        wait_until(lambda: all(s.values == ["first"] and s.pump.phase is Phase.PARKED for s in same))
+        same = parked_in_one_position(streams, topic, produce)
 
         async def inject() -> tuple[object, Phase, object]:
             pump = same[0].pump
-            pump.inject(own)
+            pump.inject(OWN)
             return pump.share_key(), pump.phase, same[1].pump.share_key()
 
         key, phase, other = loop_thread.run(inject())
@@ -208,8 +205,8 @@ def test_an_event_of_a_parked_streams_own_goes_out_before_the_next_batch(
         produce(topic, b"second")
         wait_until(lambda: all(s.values[-1:] == ["second"] for s in same))
         data = bytes(same[0].flow.data)
-        assert data.index(own) < data.index(b"second")
-        assert own not in bytes(same[1].flow.data)
+        assert data.index(OWN) < data.index(b"second")
+        assert OWN not in bytes(same[1].flow.data)
         wait_until(lambda: same[0].pump.phase is Phase.PARKED)  # back in the group once the event is out
 
 
@@ -220,11 +217,8 @@ def test_a_follower_takes_the_position_of_shared_writes_when_it_next_needs_it(
     leader stood after each write: their cursors and delivered counts say so at once, and a follower whose
     task runs again (an event of its own) takes that position first, then goes on with the right ids."""
     topic = new_topic()
-    own = b"event: challenge\ndata: {}\n\n"
     with running_hub(loop_thread) as (_hub, streams):
-        same = [streams(topic, start=LIVE) for _ in range(3)]
-        produce(topic, b"first")
-        wait_until(lambda: all(s.values == ["first"] and s.pump.phase is Phase.PARKED for s in same))
+        same = parked_in_one_position(streams, topic, produce)
         for value in ("a", "b", "c"):
             produce(topic, value.encode())
             wait_until(functools.partial(all_end_with, same, value))
@@ -240,8 +234,8 @@ def test_a_follower_takes_the_position_of_shared_writes_when_it_next_needs_it(
         assert all(reader != cursors and taken < 4 for _, cursors, reader, _, taken in (seen[i] for i in followers))
 
         follower = same[followers[0]]
-        loop_thread.run(_run(follower.pump.inject, own))  # its task runs: it takes the position first
-        wait_until(lambda: follower.pump.phase is Phase.PARKED and own in bytes(follower.flow.data))
+        loop_thread.run(_run(follower.pump.inject, OWN))  # its task runs: it takes the position first
+        wait_until(lambda: follower.pump.phase is Phase.PARKED and OWN in bytes(follower.flow.data))
         assert loop_thread.run(look())[followers[0]][:3] == (False, seen[0][1], seen[0][1])
         produce(topic, b"d")
 
@@ -251,6 +245,17 @@ def test_a_follower_takes_the_position_of_shared_writes_when_it_next_needs_it(
         wait_until(lambda: all([e.text for e in r] == ["first", "a", "b", "c", "d"] for r in records()))
         assert len({tuple(e.id for e in r) for r in records()}) == 1  # the same ids: no gap, nothing again
         assert loop_thread.run(look())[followers[0]][3] == 5
+
+
+OWN = b"event: challenge\ndata: {}\n\n"  # an event of a stream's own, as a challenge is
+
+
+def parked_in_one_position(streams: Callable[..., OpenStream], topic: str, produce: Produce) -> list[OpenStream]:
+    """Three live streams that read one record each and parked, all in the same position."""
+    same = [streams(topic, start=LIVE) for _ in range(3)]
+    produce(topic, b"first")
+    wait_until(lambda: all(s.values == ["first"] and s.pump.phase is Phase.PARKED for s in same))
+    return same
 
 
 def all_end_with(streams: list[OpenStream], value: str) -> bool:
