@@ -405,7 +405,7 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
     async def handle_reply(self, protocol: Any, message: dict[str, Any]) -> None:
         producer = getattr(protocol, "producer", None)
         if isinstance(producer, Flow):
-            producer.settle()  # the request writes to the transport now: the flow looks at it again after
+            producer.settle()  # the request writes to the transport now: the next direct write looks first
         ending = message.get("type") == "http.response.body" and not message.get("more_body", False)
         if ending and getattr(protocol, "producer", None) is not None and protocol.channel is not None:
             # Unregister before the response ends, or Twisted logs "Producer was not unregistered".
