@@ -31,10 +31,6 @@ class Position:
     text: bytes | None
 
 
-# A subscription's progress, each partition's encoded id part and the encoded id (`Subscription.standpoint`).
-Standpoint = tuple[dict[int, int], dict[int, bytes], bytes | None]
-
-
 @dataclass(frozen=True)
 class SubscriptionOptions:
     """How a subscription writes its events. A subscription keeps the one shared object of its value (`shared`),
@@ -99,16 +95,16 @@ class Subscription:
         what the stream reads was produced after it began."""
         return len(self._reached) >= len(self._ends)
 
-    def standpoint(self) -> Standpoint:
-        """Where it stands, for subscriptions that take this position (`adopt`): `progress` and the encoded parts,
-        shared, as they are replaced, never changed in place."""
-        return (self.progress, self._parts, self._text)
+    def standpoint(self) -> Position:
+        """Its `position`, not copied, for subscriptions that take it as it is (`adopt`): `progress` and the
+        encoded parts are replaced, never changed in place, so they can be shared."""
+        return Position(self.progress, self._parts, self._text)
 
-    def adopt(self, standpoint: Standpoint, delivered: int) -> None:
+    def adopt(self, standpoint: Position, delivered: int) -> None:
         """Stand where a settled subscription stood (its `standpoint`) after feeding what this one would have
         been fed, `delivered` events. (Only a stream at the live end adopts, streams/stream/pump.py: it has
         reached its ends already.)"""
-        self.progress, self._parts, self._text = standpoint
+        self.progress, self._parts, self._text = standpoint.progress, standpoint.parts, standpoint.text
         self.delivered += delivered
 
     def position(self) -> Position:

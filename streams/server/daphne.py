@@ -147,8 +147,7 @@ class Flow:
             sock = self._sock = self._direct.socket
         elif not data:
             return
-        last = _last_chunk  # `_framed`'s, looked up here: a fan-out's followers all write the chunk it holds
-        framed = last[1] if last[0] is data else _framed(data)
+        framed = _framed(data)
         self._uncounted += len(data)
         try:
             sent = sock.send(framed)
@@ -407,7 +406,7 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
         if isinstance(producer, Flow):
             producer.settle()  # the request writes to the transport now: the next direct write looks first
         ending = message.get("type") == "http.response.body" and not message.get("more_body", False)
-        if ending and getattr(protocol, "producer", None) is not None and protocol.channel is not None:
+        if ending and producer is not None and protocol.channel is not None:
             # Unregister before the response ends, or Twisted logs "Producer was not unregistered".
             protocol.unregisterProducer()
         stream = protocol.channel if ending and is_http2(protocol) else None

@@ -210,8 +210,7 @@ class DirectWrites:
     @phase.setter
     def phase(self, phase: Phase) -> None:
         self._phase, self.key = phase, None
-        if self.lead is not None:
-            self.catch_up()
+        self.catch_up()
 
     def catch_up(self) -> None:
         """Take the position the shared writes left it in (`share`), if they left one not taken yet."""
@@ -222,8 +221,7 @@ class DirectWrites:
 
     def share_key(self) -> Hashable | None:
         """Pumps with equal keys write the same bytes for the next batch (None: this one cannot share now)."""
-        flow = self.flow  # as `_flow`, inline: this runs for every stream at every batch
-        if self._phase is not Phase.PARKED or flow is None or flow.paused or flow.closed:
+        if self._flow() is None:
             return None
         if self.key is None:
             self.catch_up()

@@ -13,7 +13,7 @@ import enum
 from collections.abc import Mapping
 
 from config.kafka_settings import KafkaSettings
-from streams.events.subscription import Standpoint, Subscription
+from streams.events.subscription import Position, Subscription
 from streams.hub.cache import Cache
 from streams.hub.shared_reads import Read, SharedReads
 from streams.hub.topic_state import TopicState
@@ -22,7 +22,7 @@ from streams.kafka.consumer_host import ConsumerLost
 from streams.telemetry.delivery_log import DeliverySink
 
 # A reader's cursors and its subscription's standpoint (`StreamReader.standpoint`).
-ReaderStandpoint = tuple[dict[int, int], Standpoint]
+ReaderStandpoint = tuple[dict[int, int], Position]
 
 HISTORY_POLL_S = 0.05
 CHUNK_BYTES = 256 * 1024  # at most this much per write, so no connection's buffer holds more
