@@ -336,12 +336,13 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
         # What is loaded by now (Django, Twisted, the application) lives as long as the process, and so does what
         # a stream allocates as long as its client: frozen after each full pass (streams/server/collector.py).
         collector.tune()
-        cast(Any, reactor).callLater(collector.REVIEW_EVERY_S, self.review_garbage)
+        cast(Any, reactor).callLater(collector.BURST_REVIEW_S, self.review_garbage)
         super().run()
 
     def review_garbage(self) -> None:
-        collector.review()
-        cast(Any, reactor).callLater(collector.REVIEW_EVERY_S, self.review_garbage)
+        if collector.review_due():
+            collector.review()
+        cast(Any, reactor).callLater(collector.BURST_REVIEW_S, self.review_garbage)
 
     def listen_success(self, port: Any) -> None:
         super().listen_success(port)

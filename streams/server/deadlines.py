@@ -29,6 +29,7 @@ from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
 from twisted.web import http
 
+from streams.server import collector
 from streams.server.bodies import CUT, HTTP2_REQUESTS_SEEN, BoundedRequest
 
 # Twisted internals read here; not public API (tests/streams/server/test_bounds_internals.py names what is gone).
@@ -120,6 +121,7 @@ class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]
     protocol = _deadline_channel_protocol
 
     def buildProtocol(self, addr: Any) -> Any:
+        collector.connection_accepted()  # a burst of them makes the collector freeze sooner
         protocol = super().buildProtocol(addr)
         protocol.requestFactory = BoundedRequest
         return protocol

@@ -1,6 +1,7 @@
 """The collector's tuning (streams/server/collector.py): what a full pass keeps is frozen at once, so the next
 full pass does not scan it again; a cycle that becomes garbage among frozen objects is reclaimed by the
-periodic review; young passes freeze nothing.
+periodic review; young passes freeze nothing, but during a burst of connections, and a review follows sooner
+after a burst that froze.
 
 Each check runs in a process of its own: freezing and unfreezing the test process's heap would move its garbage
 (a connection some earlier test left in a cycle) into whichever test collects next."""
@@ -82,7 +83,7 @@ def test_a_cycle_that_became_garbage_while_frozen_goes_at_the_review() -> None:
 def test_tuning_twice_installs_one_callback() -> None:
     found = run("""
         collector.tune()
-        found["callbacks"] = gc.callbacks.count(collector.freeze_after_full_pass)
+        found["callbacks"] = gc.callbacks.count(collector.freeze_after_pass)
     """)
     assert found["callbacks"] == 1
 
@@ -101,3 +102,90 @@ def test_the_frozen_count_is_counted_at_start_and_at_each_review_only() -> None:
     assert found["at_start"] is True
     assert found["between"] >= 1000
     assert found["reviewed"] is True
+
+
+def test_during_a_burst_of_connections_young_passes_freeze_what_they_keep() -> None:
+    found = run("""
+        gc.collect()
+        for _ in range(collector.BURST_CONNECTIONS - 1):
+            collector.connection_accepted()
+        found["before"] = collector.bursting()
+        before = gc.get_freeze_count()
+        kept = [Node() for _ in range(1000)]
+        gc.collect(0)
+        found["not_yet"] = gc.get_freeze_count() - before
+        collector.connection_accepted()
+        found["burst"] = collector.bursting()
+        more = [Node() for _ in range(1000)]
+        gc.collect(0)
+        found["grown"] = gc.get_freeze_count() - before
+    """)
+    assert found["before"] is False
+    assert found["not_yet"] == 0
+    assert found["burst"] is True
+    assert found["grown"] >= 2000  # both lists: what the first young pass kept had waited in the middle generation
+
+
+def test_a_burst_ends_a_window_after_its_last_connection_and_slow_connections_make_none() -> None:
+    found = run("""
+        import time
+        collector.BURST_WINDOW_S = 0.3
+        for _ in range(collector.BURST_CONNECTIONS):
+            collector.connection_accepted()
+        found["burst"] = collector.bursting()
+        time.sleep(0.4)
+        found["after"] = collector.bursting()
+        gc.collect()
+        before = gc.get_freeze_count()
+        kept = [Node() for _ in range(1000)]
+        gc.collect(0)
+        found["grown"] = gc.get_freeze_count() - before
+        for _ in range(3):  # a window's worth of connections spread over more than a window
+            for _ in range(collector.BURST_CONNECTIONS // 2):
+                collector.connection_accepted()
+            time.sleep(0.31)
+        found["spread"] = collector.bursting()
+    """)
+    assert found["burst"] is True
+    assert found["after"] is False
+    assert found["grown"] == 0
+    assert found["spread"] is False
+
+
+def test_a_review_follows_sooner_after_a_burst_froze() -> None:
+    found = run("""
+        import time
+        collector.BURST_REVIEW_S = 0.2
+        time.sleep(0.3)
+        found["quiet"] = collector.review_due()
+        for _ in range(collector.BURST_CONNECTIONS):
+            collector.connection_accepted()
+        kept = [Node() for _ in range(1000)]
+        gc.collect(0)
+        found["froze"] = collector.review_due()
+        collector.review()
+        found["reviewed"] = collector.review_due()
+        time.sleep(0.3)
+        found["later"] = collector.review_due()
+        collector.REVIEW_EVERY_S = 0.2
+        found["periodic"] = collector.review_due()
+    """)
+    assert found["quiet"] is False
+    assert found["froze"] is True
+    assert found["reviewed"] is False
+    assert found["later"] is False  # the burst's passes were reviewed; this one froze nothing since
+    assert found["periodic"] is True
+
+
+def test_each_http_connection_the_server_builds_counts_towards_a_burst() -> None:
+    found = run("""
+        import django
+        django.setup()
+        from twisted.internet.address import IPv4Address
+        from streams.server.deadlines import BoundedHTTPFactory
+        factory = BoundedHTTPFactory(None)
+        for port in range(collector.BURST_CONNECTIONS):
+            factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000 + port))
+        found["burst"] = collector.bursting()
+    """)
+    assert found["burst"] is True
