@@ -2,7 +2,8 @@
 
     GC_PROBE_OUT=/tmp/garbage.json python -m tests.support.gc_probe <daphne's arguments>
 
-On SIGUSR1 it runs a full collection that keeps what it finds (`gc.DEBUG_SAVEALL`) and writes, to
+On SIGUSR1 it unfreezes the heap (streams/server/collector.py freezes what it keeps, out of a collection's
+sight) and runs a full collection that keeps what it finds (`gc.DEBUG_SAVEALL`) and writes, to
 `GC_PROBE_OUT`, how many objects it found and how many of each type, then frees them. Objects that only the
 collector frees are those in reference cycles: a stream that leaves some behind each time it ends makes every
 full collection longer and the process's memory wait for it. It writes how many asyncio tasks are pending too
@@ -42,6 +43,7 @@ def pending_tasks() -> int:
 def probe(_signum: int, _frame: FrameType | None) -> None:
     tasks = pending_tasks()
     gc.set_debug(gc.DEBUG_SAVEALL)
+    gc.unfreeze()
     try:
         collected = gc.collect()
         types = collections.Counter(type_name(found) for found in gc.garbage)
