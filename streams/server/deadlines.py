@@ -50,6 +50,14 @@ class DeadlineChannel(http.HTTPChannel):
         super().connectionMade()  # type: ignore[no-untyped-call]
         self._arm(settings.HTTP_HEADER_TIMEOUT_S, "header_timeout")
 
+    def isSecure(self) -> bool:
+        # Asked twice per request (daphne's scope, ClientOrigin), each time an interface lookup on the transport,
+        # which is the same for the connection's life.
+        secure: bool | None = self.__dict__.get("_secure")
+        if secure is None:
+            secure = self._secure = bool(super().isSecure())  # type: ignore[no-untyped-call]
+        return secure
+
     def allHeadersReceived(self) -> None:
         self._disarm()
         super().allHeadersReceived()  # type: ignore[no-untyped-call]
@@ -119,6 +127,12 @@ class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]
     """daphne's HTTP factory, building `DeadlineChannel`s that make `BoundedRequest`s."""
 
     protocol = _deadline_channel_protocol
+
+    def __init__(self, server: Any) -> None:
+        super().__init__(server)
+        # Twisted's idle timer (12 h) is armed at every connection, restarted at every read and stopped at every
+        # request, three timer operations per stream's open for a bound the channel's own clock keeps tighter.
+        self.timeOut = None
 
     def buildProtocol(self, addr: Any) -> Any:
         collector.connection_accepted()  # a burst of them makes the collector freeze sooner

@@ -40,3 +40,23 @@ def test_twisted_still_has_the_internals_the_bounds_read() -> None:
                     if not hasattr(wrapped, name)]  # fmt: skip
     assert not missing, f"Twisted {twisted.__version__} no longer has what the bounds read: {missing}"
     assert (channel._command, channel._path) == (b"POST", b"/api/")
+
+
+def test_a_connection_arms_its_header_deadline_and_no_timer_of_twisteds(monkeypatch: Any) -> None:
+    """Twisted's 12-hour idle timer was armed, restarted and stopped at every request: three timer operations per
+    stream's open for a bound the channel's own deadlines keep tighter."""
+    clock = Clock()
+    monkeypatch.setattr(deadlines, "reactor", clock)
+    factory = deadlines.BoundedHTTPFactory(None)
+    protocol: Any = factory.buildProtocol(None)
+    protocol.callLater = clock.callLater  # where Twisted's timer would be armed
+    protocol._channel.callLater = clock.callLater
+    protocol.makeConnection(StringTransport())  # type: ignore[no-untyped-call]
+    armed = [call.getTime() for call in clock.getDelayedCalls()]
+    protocol.dataReceived(b"GET /-/hea")  # restarted Twisted's timer; the request line is not complete
+    after_bytes = len(clock.getDelayedCalls())
+    protocol.connectionLost(None)
+
+    assert armed == [deadlines.settings.HTTP_HEADER_TIMEOUT_S]
+    assert after_bytes == 1
+    assert protocol._channel.isSecure() is False
