@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from streams.server import forwarded
 from streams.server.forwarded import ClientOrigin, parse_networks
 
 PROXY = ("10.0.0.5", 41000)
@@ -74,3 +75,15 @@ def test_a_trusted_proxy_without_forwarded_for_is_the_client_itself() -> None:
 def test_a_bad_trusted_proxy_entry_is_named() -> None:
     with pytest.raises(ValueError, match=r"'10\.0\.0\.300' is not an IP address or network"):
         parse_networks(["10.0.0.300"])
+
+
+def test_trust_is_remembered_per_address_and_forgotten_past_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(forwarded, "TRUST_CACHE_SIZE", 8)
+    origin = ClientOrigin(parse_networks(["10.0.0.0/24"]), root_path="", address_header="X-Forwarded-For")
+    addresses = [f"192.0.2.{n}" for n in range(20)] + ["10.0.0.7", "not-an-address"]
+    asked = [origin.is_trusted(address) for address in addresses]
+    again = [origin.is_trusted(address) for address in reversed(addresses)]
+
+    assert asked == [False] * 20 + [True, False]
+    assert again == list(reversed(asked))
+    assert len(origin._trusted) <= 8
