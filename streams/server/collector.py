@@ -12,11 +12,12 @@ a fifth of an open's CPU in a storm. During a burst of connections (`BURST_CONNE
 `BURST_WINDOW_S`, told by `connection_accepted`) what every pass keeps is frozen, so a stream's objects are
 scanned once. A request that is not a stream does leave cycles (Django's request handling: about a hundred
 objects per API request); those that a young pass saw alive are frozen with the rest during a burst, and wait
-for the next review.
+for the next review. So passes freeze during bursts for at most `BURST_FREEZING_S` between two reviews: a storm
+is over by then, and what waits for the review is bounded by that time's requests even when the bursts go on.
 
 What is frozen is never collected as cyclic garbage. Once every `REVIEW_EVERY_S` everything is unfrozen for one
-full pass, which reclaims any cycle that became garbage after its objects were frozen, and frozen again; after a
-burst the review comes `BURST_REVIEW_S` after the last one instead (`review_due`).
+full pass, which reclaims any cycle that became garbage after its objects were frozen, and frozen again. It is
+a pause of the event loop that grows with the heap: 0.58 s for 809 000 objects with 5 000 streams open.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 
 FULL_COLLECTION_EVERY = 100  # second-generation collections per full one (Python's default: 10)
 REVIEW_EVERY_S = 600.0
-BURST_REVIEW_S = 60.0  # how soon a review follows passes that froze during a burst
+BURST_FREEZING_S = 30.0  # how long passes may freeze during bursts between two reviews
 BURST_CONNECTIONS = 100  # connections accepted within one window that make a burst...
 BURST_WINDOW_S = 1.0  # ...and how long a burst lasts after its last connection
 OLDEST = 2  # the generation a full pass collects
@@ -41,16 +42,14 @@ _frozen_counted = 0
 _window_start = float("-inf")  # when the current window of accepted connections began
 _window_count = 0  # connections accepted in it
 _burst_until = float("-inf")  # every pass freezes what it keeps until then
-_burst_froze = False  # a pass froze during a burst since the last review
-_reviewed_at = 0.0
+_burst_froze_at: float | None = None  # when a pass first froze during a burst since the last review
 
 
 def tune() -> None:
     """Freeze what is loaded by now, let full passes wait longer, and freeze what each full pass keeps."""
-    global _frozen_counted, _reviewed_at  # noqa: PLW0603  (the process's one collector)
+    global _frozen_counted  # noqa: PLW0603  (the process's one collector)
     gc.freeze()
     _frozen_counted = gc.get_freeze_count()
-    _reviewed_at = time.monotonic()
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
     if freeze_after_pass not in gc.callbacks:
@@ -73,38 +72,35 @@ def bursting() -> bool:
 
 
 def freeze_after_pass(phase: str, info: dict[str, Any]) -> None:
-    """What a full pass keeps is frozen; during a burst, what any pass keeps."""
-    global _burst_froze  # noqa: PLW0603
+    """What a full pass keeps is frozen; during a burst, what any pass keeps, for `BURST_FREEZING_S` at most
+    between two reviews."""
+    global _burst_froze_at  # noqa: PLW0603
     if phase != "stop":
         return
     if info["generation"] == OLDEST:
         gc.freeze()
-    elif time.monotonic() < _burst_until:
-        gc.freeze()
-        _burst_froze = True
-
-
-def review_due() -> bool:
-    """Whether a review is due: `REVIEW_EVERY_S` after the last, or `BURST_REVIEW_S` after it if a burst froze
-    since."""
-    since = time.monotonic() - _reviewed_at
-    return since >= REVIEW_EVERY_S or (_burst_froze and since >= BURST_REVIEW_S)
+        return
+    now = time.monotonic()
+    if now < _burst_until:
+        if _burst_froze_at is None:
+            _burst_froze_at = now
+        if now - _burst_froze_at < BURST_FREEZING_S:
+            gc.freeze()
 
 
 def review() -> int:
     """One full pass over everything, frozen objects included; what it keeps is frozen again. Returns what it
     collected."""
-    global _frozen_counted, _burst_froze, _reviewed_at  # noqa: PLW0603
+    global _frozen_counted, _burst_froze_at  # noqa: PLW0603
     started = time.monotonic()
     gc.unfreeze()
     collected = gc.collect()  # freeze_after_pass freezes the survivors
     _frozen_counted = gc.get_freeze_count()
-    _burst_froze = False
-    _reviewed_at = time.monotonic()
+    _burst_froze_at = None
     log.info(
         "collector: reviewed %d objects in %.0f ms, %d collected",
         _frozen_counted,
-        (_reviewed_at - started) * 1000,
+        (time.monotonic() - started) * 1000,
         collected,
     )
     return collected
