@@ -54,7 +54,9 @@ from streams.server.tls import TlsError, TlsListener, certificate_options, liste
 FLOW_EXTENSION = "sse.flow"
 # Twisted internals `Flow.write` reads. They are not public API: pyproject.toml bounds Twisted's version, and
 # tests/streams/server/test_twisted_internals.py fails, naming what is gone, when a release drops one.
-TRANSPORT_INTERNALS = ("TLS", "connected", "socket", "dataBuffer", "offset", "_tempDataLen", "_writeDisconnected")
+TRANSPORT_INTERNALS = (
+    "TLS", "connected", "disconnecting", "socket", "dataBuffer", "offset", "_tempDataLen", "_writeDisconnected"
+)  # fmt: skip
 REQUEST_INTERNALS = ("startedWriting", "chunked", "finished", "sentLength", "_disconnected")
 STREAM_BUFFER = 64 * 1024  # as on HTTP/1.1, where Twisted pauses a response past 64 KiB in its buffer
 # ...and, over HTTP/2, the ones `StreamFlow` reads.
@@ -336,13 +338,12 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
         # What is loaded by now (Django, Twisted, the application) lives as long as the process, and so does what
         # a stream allocates as long as its client: frozen after each full pass (streams/server/collector.py).
         collector.tune()
-        cast(Any, reactor).callLater(collector.BURST_REVIEW_S, self.review_garbage)
+        cast(Any, reactor).callLater(collector.REVIEW_EVERY_S, self.review_garbage)
         super().run()
 
     def review_garbage(self) -> None:
-        if collector.review_due():
-            collector.review()
-        cast(Any, reactor).callLater(collector.BURST_REVIEW_S, self.review_garbage)
+        collector.review()
+        cast(Any, reactor).callLater(collector.REVIEW_EVERY_S, self.review_garbage)
 
     def listen_success(self, port: Any) -> None:
         super().listen_success(port)
@@ -411,9 +412,47 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
             # Unregister before the response ends, or Twisted logs "Producer was not unregistered".
             protocol.unregisterProducer()
         stream = protocol.channel if ending and is_http2(protocol) else None
-        await super().handle_reply(protocol, message)
+        transport = None if ending or not isinstance(producer, Flow) else idle_tcp(protocol)
+        if transport is None:
+            await super().handle_reply(protocol, message)
+        else:
+            # What the reply writes (a stream's headers and first events) is sent here and now, as `Flow.write`
+            # sends: Twisted's own path registers the socket for writing, sends on the next turn of the loop and
+            # unregisters it, two `epoll_ctl` calls and a turn for each stream's open. daphne's reply writes
+            # without awaiting anything, so nothing else sees the method shadowed.
+            transport.startWriting = _write_after_reply
+            try:
+                await super().handle_reply(protocol, message)
+            finally:
+                del transport.startWriting
+                # The rest, an error, or a close asked for meanwhile (daphne's own error reply) are Twisted's, on
+                # its usual path.
+                if transport.disconnecting or (
+                    transport._tempDataLen and (transport.doWrite() is not None or transport.dataBuffer)
+                ):
+                    transport.startWriting()
         if stream is not None:
             http2.reset_if_unsent(stream, settings.SSE_CATCH_UP_S)
+
+
+def _write_after_reply() -> None:
+    """`startWriting` while a reply is written: `FlowControlServer.handle_reply` sends once the reply is done."""
+
+
+def idle_tcp(request: Any) -> Any:
+    """The plain TCP transport of an HTTP/1.1 request, if it is connected with nothing waiting to be sent."""
+    transport = getattr(getattr(request, "channel", None), "transport", None)
+    if (
+        isinstance(transport, tcp.Connection)
+        and not transport.TLS
+        and transport.connected
+        and not transport.disconnecting
+        and not transport._writeDisconnected
+        and not transport._tempDataLen
+        and not transport.dataBuffer
+    ):
+        return transport
+    return None
 
 
 def accept_eagerly(port: tcp.Port) -> None:

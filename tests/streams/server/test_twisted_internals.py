@@ -141,6 +141,66 @@ def test_a_write_through_the_asgi_path_sends_the_next_direct_write_after_it() ->
         theirs.close()
 
 
+def reply_server() -> Any:
+    server: Any = FlowControlServer.__new__(FlowControlServer)  # nothing but its replies: no listening
+    server.connections, server.server_name = {}, b""
+    return server
+
+
+def web_request(server: Any, transport: tcp.Connection) -> Any:
+    channel: Any = http.HTTPChannel()  # type: ignore[no-untyped-call]
+    channel.transport, channel.factory = transport, SimpleNamespace(server=server)
+    request: Any = WebRequest(channel)
+    request.clientproto, request.method = b"HTTP/1.1", b"GET"
+    transport.connected = 1
+    request.producer = Flow(request)
+    return request
+
+
+def test_a_streams_headers_and_first_events_are_sent_during_the_reply_without_registering_the_socket() -> None:
+    """Twisted's own path registers the socket for writing, sends on the next turn and unregisters it: two
+    `epoll_ctl` calls and a turn of the loop for each stream's open. Only what the socket does not take, and a
+    reply that ends the response (which may close the connection), go that way."""
+    ours, theirs = socket.socketpair()
+    theirs.settimeout(2)
+    reactor = _Reactor()
+    server = reply_server()
+    transport, _ = request_on(ours, reactor=reactor)
+    request = web_request(server, transport)
+    try:
+        asyncio.run(server.handle_reply(request, {"type": "http.response.start", "status": 200, "headers": []}))
+        asyncio.run(server.handle_reply(request, {"type": "http.response.body", "body": b"hello", "more_body": True}))
+        received = theirs.recv(1000)
+        assert received.startswith(b"HTTP/1.1 200 OK\r\n"), received
+        assert received.endswith(b"\r\n\r\n5\r\nhello\r\n"), received
+        assert reactor.writers == []
+        assert not transport.dataBuffer
+        assert not transport._tempDataLen
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_what_the_socket_does_not_take_of_a_reply_is_left_to_twisted() -> None:
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    theirs.settimeout(2)
+    reactor = _Reactor()
+    server = reply_server()
+    transport, _ = request_on(ours, reactor=reactor)
+    request = web_request(server, transport)
+    try:
+        asyncio.run(server.handle_reply(request, {"type": "http.response.start", "status": 200, "headers": []}))
+        body = {"type": "http.response.body", "body": b"x" * 1_000_000, "more_body": True}
+        asyncio.run(server.handle_reply(request, body))
+        assert theirs.recv(100).startswith(b"HTTP/1.1 200 OK")  # the start went out at once...
+        assert transport.dataBuffer  # ...the rest waits in Twisted's buffer,
+        assert reactor.writers == [transport]  # which sends it when the socket has room
+    finally:
+        ours.close()
+        theirs.close()
+
+
 def test_what_a_flow_wrote_directly_is_counted_when_its_client_leaves_or_it_stops(
     connection: tuple[tcp.Connection, http.Request],
 ) -> None:
@@ -177,7 +237,11 @@ class _Reactor:
 
     def removeReader(self, reader: object) -> None: ...
 
-    def addWriter(self, writer: object) -> None: ...
+    def __init__(self) -> None:
+        self.writers: list[object] = []  # added as writers, in order
+
+    def addWriter(self, writer: object) -> None:
+        self.writers.append(writer)
 
     def removeWriter(self, writer: object) -> None: ...
 
