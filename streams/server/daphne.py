@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import daphne.server  # noqa: F401  (installs the asyncio reactor before anything imports twisted's)
+from daphne import http_protocol
 from daphne.cli import CommandLineInterface
 from daphne.server import Server
 from django.conf import settings
@@ -39,12 +40,14 @@ from h2.exceptions import H2Error
 from twisted.internet import reactor, tcp
 from twisted.internet.error import ConnectionLost
 from twisted.internet.interfaces import IPushProducer
+from twisted.python import deprecate
 from twisted.python.failure import Failure
+from twisted.web import http
 from twisted.web._http2 import H2Stream
 from zope.interface import implementer
 
 from config.logs import log_access
-from streams.server import collector, http2
+from streams.server import collector, deadlines, http2
 from streams.server.deadlines import BoundedHTTPFactory
 from streams.server.forwarded import ClientOrigin, parse_networks
 from streams.server.peers import PeerConnections
@@ -329,6 +332,7 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
 
     def run(self) -> None:
         http2.install()
+        read_http_unwrapped()
         if self.tls is not None:
             try:
                 options = certificate_options(self.tls.cert, self.tls.key)
@@ -453,6 +457,25 @@ def idle_tcp(request: Any) -> Any:
     ):
         return transport
     return None
+
+
+def read_http_unwrapped() -> None:
+    """Have daphne and our channel read `twisted.web.http` itself, not the proxy Twisted puts in its place.
+
+    One attribute of the module is deprecated, so Twisted wraps it in a proxy whose every attribute read runs
+    Python to check for it: daphne reads the module at every connection and every reply it writes, 8 µs of a
+    stream's open in a reconnect storm. The module behind is the same one (what is set through the proxy, such
+    as `http2.install`'s connection class, is set on it).
+    """
+    module = unwrapped(http)
+    http_protocol.http = module
+    deadlines.http = module  # type: ignore[attr-defined]
+
+
+def unwrapped(module: Any) -> Any:
+    if isinstance(module, deprecate._ModuleProxy):
+        return object.__getattribute__(module, "_module")
+    return module
 
 
 def accept_eagerly(port: tcp.Port) -> None:

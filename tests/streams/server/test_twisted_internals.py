@@ -15,14 +15,17 @@ from typing import Any
 
 import pytest
 import twisted
+from daphne import http_protocol
 from daphne.http_protocol import WebRequest
 from twisted.internet import protocol, tcp
 from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
+from twisted.python import deprecate
 from twisted.web import http
 from twisted.web._http2 import H2Connection, H2Stream
 
+from streams.server import deadlines
 from streams.server.daphne import (
     CONNECTION_HOOKS,
     CONNECTION_INTERNALS,
@@ -32,6 +35,7 @@ from streams.server.daphne import (
     Flow,
     FlowControlServer,
     accept_eagerly,
+    read_http_unwrapped,
 )
 
 
@@ -271,3 +275,15 @@ def test_an_eager_port_accepts_every_waiting_connection_in_one_turn() -> None:
         for proto in accepted:
             proto.transport.socket.close()  # type: ignore[union-attr]
         port.socket.close()
+
+
+def test_daphne_and_the_channel_read_twisteds_http_module_without_its_deprecation_proxy() -> None:
+    assert isinstance(http, deprecate._ModuleProxy), "Twisted no longer wraps twisted.web.http: drop the unwrapping"
+    before = http_protocol.http, deadlines.http
+    try:
+        read_http_unwrapped()
+        assert type(http_protocol.http) is type(deprecate)  # a plain module
+        assert deadlines.http is http_protocol.http
+        assert http_protocol.http.Request is http.Request
+    finally:
+        http_protocol.http, deadlines.http = before
