@@ -168,7 +168,7 @@ class Flow:
         if transport is None:
             transport = getattr(getattr(request, "channel", None), "transport", None)
             if not self._can_send_now(request, transport):
-                write_at_once(request, data)  # the first write (headers and all), or the connection is not plain
+                request.write(data)
                 return False
             self._direct = transport
         elif not self._clear(request, transport):
@@ -416,23 +416,37 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
             # Unregister before the response ends, or Twisted logs "Producer was not unregistered".
             protocol.unregisterProducer()
         stream = protocol.channel if ending and is_http2(protocol) else None
-        await super().handle_reply(protocol, message)
+        transport = None if ending or not isinstance(producer, Flow) else idle_tcp(protocol)
+        if transport is None:
+            await super().handle_reply(protocol, message)
+        else:
+            # What the reply writes (a stream's headers and first events) is sent here and now, as `Flow.write`
+            # sends: Twisted's own path registers the socket for writing, sends on the next turn of the loop and
+            # unregisters it, two `epoll_ctl` calls and a turn for each stream's open. daphne's reply writes
+            # without awaiting anything, so nothing else sees the method shadowed.
+            transport.startWriting = _write_after_reply
+            try:
+                await super().handle_reply(protocol, message)
+            finally:
+                del transport.startWriting
+                # The rest, an error, or a close asked for meanwhile (daphne's own error reply) are Twisted's, on
+                # its usual path.
+                if transport.disconnecting or (
+                    transport._tempDataLen and (transport.doWrite() is not None or transport.dataBuffer)
+                ):
+                    transport.startWriting()
         if stream is not None:
             http2.reset_if_unsent(stream, settings.SSE_CATCH_UP_S)
 
 
-def write_at_once(request: Any, data: bytes) -> None:
-    """`request.write(data)`, sent before this returns when the connection is plain TCP with nothing waiting.
+def _write_after_reply() -> None:
+    """`startWriting` while a reply is written: `FlowControlServer.handle_reply` sends once the reply is done."""
 
-    A stream's first write (its headers and first events) goes through Twisted's request, which builds the status
-    line, the headers and the chunk framing; Twisted's transport would then register the socket for writing, send
-    on the next turn of the loop and unregister it: two `epoll_ctl` calls and a turn for each stream's open. Here
-    the transport's `startWriting` is shadowed while the request writes (it awaits nothing), and what was written
-    is sent right after; what the kernel does not take, an error, or a close asked for meanwhile are Twisted's, on
-    its usual path.
-    """
+
+def idle_tcp(request: Any) -> Any:
+    """The plain TCP transport of an HTTP/1.1 request, if it is connected with nothing waiting to be sent."""
     transport = getattr(getattr(request, "channel", None), "transport", None)
-    if not (
+    if (
         isinstance(transport, tcp.Connection)
         and not transport.TLS
         and transport.connected
@@ -441,21 +455,8 @@ def write_at_once(request: Any, data: bytes) -> None:
         and not transport._tempDataLen
         and not transport.dataBuffer
     ):
-        request.write(data)
-        return
-    transport.startWriting = _sent_after_the_write
-    try:
-        request.write(data)
-    finally:
-        del transport.startWriting
-        if transport.disconnecting or (
-            transport._tempDataLen and (transport.doWrite() is not None or transport.dataBuffer)
-        ):
-            transport.startWriting()
-
-
-def _sent_after_the_write() -> None:
-    """`startWriting` while `write_at_once` writes: it sends once the write is done."""
+        return transport
+    return None
 
 
 def read_http_unwrapped() -> None:

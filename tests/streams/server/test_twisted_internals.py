@@ -161,10 +161,10 @@ def web_request(server: Any, transport: tcp.Connection) -> Any:
     return request
 
 
-def test_a_streams_headers_and_first_events_are_sent_at_once_without_registering_the_socket() -> None:
+def test_a_streams_headers_and_first_events_are_sent_during_the_reply_without_registering_the_socket() -> None:
     """Twisted's own path registers the socket for writing, sends on the next turn and unregisters it: two
-    `epoll_ctl` calls and a turn of the loop for each stream's open. Only what the socket does not take goes that
-    way."""
+    `epoll_ctl` calls and a turn of the loop for each stream's open. Only what the socket does not take, and a
+    reply that ends the response (which may close the connection), go that way."""
     ours, theirs = socket.socketpair()
     theirs.settimeout(2)
     reactor = _Reactor()
@@ -173,21 +173,19 @@ def test_a_streams_headers_and_first_events_are_sent_at_once_without_registering
     request = web_request(server, transport)
     try:
         asyncio.run(server.handle_reply(request, {"type": "http.response.start", "status": 200, "headers": []}))
-        request.producer.write(b"hello")  # the first write: through Twisted's request, for the headers
+        asyncio.run(server.handle_reply(request, {"type": "http.response.body", "body": b"hello", "more_body": True}))
         received = theirs.recv(1000)
         assert received.startswith(b"HTTP/1.1 200 OK\r\n"), received
         assert received.endswith(b"\r\n\r\n5\r\nhello\r\n"), received
         assert reactor.writers == []
         assert not transport.dataBuffer
         assert not transport._tempDataLen
-        request.producer.write(b"next")  # straight to the socket from now on
-        assert theirs.recv(1000) == b"4\r\nnext\r\n"
     finally:
         ours.close()
         theirs.close()
 
 
-def test_what_the_socket_does_not_take_of_a_first_write_is_left_to_twisted() -> None:
+def test_what_the_socket_does_not_take_of_a_reply_is_left_to_twisted() -> None:
     ours, theirs = socket.socketpair()
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     theirs.settimeout(2)
@@ -197,7 +195,8 @@ def test_what_the_socket_does_not_take_of_a_first_write_is_left_to_twisted() -> 
     request = web_request(server, transport)
     try:
         asyncio.run(server.handle_reply(request, {"type": "http.response.start", "status": 200, "headers": []}))
-        request.producer.write(b"x" * 1_000_000)
+        body = {"type": "http.response.body", "body": b"x" * 1_000_000, "more_body": True}
+        asyncio.run(server.handle_reply(request, body))
         assert theirs.recv(100).startswith(b"HTTP/1.1 200 OK")  # the start went out at once...
         assert transport.dataBuffer  # ...the rest waits in Twisted's buffer,
         assert reactor.writers == [transport]  # which sends it when the socket has room
