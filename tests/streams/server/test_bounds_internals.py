@@ -7,9 +7,11 @@ bounds quietly failing on live connections.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import twisted
+from django.conf import settings
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.web import http
@@ -52,11 +54,12 @@ def test_a_connection_arms_its_header_deadline_and_no_timer_of_twisteds(monkeypa
     protocol.callLater = clock.callLater  # where Twisted's timer would be armed
     protocol._channel.callLater = clock.callLater
     protocol.makeConnection(StringTransport())  # type: ignore[no-untyped-call]
-    armed = [call.getTime() for call in clock.getDelayedCalls()]
+    calls: Sequence[Any] = clock.getDelayedCalls()
+    armed = [call.getTime() for call in calls]
     protocol.dataReceived(b"GET /-/hea")  # restarted Twisted's timer; the request line is not complete
     after_bytes = len(clock.getDelayedCalls())
     protocol.connectionLost(None)
 
-    assert armed == [deadlines.settings.HTTP_HEADER_TIMEOUT_S]
+    assert armed == [settings.HTTP_HEADER_TIMEOUT_S]
     assert after_bytes == 1
     assert protocol._channel.isSecure() is False

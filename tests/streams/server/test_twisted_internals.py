@@ -7,6 +7,7 @@ flow control quietly degrading. See docs/decisions/0001-daphne-with-write-flow-c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import select
 import socket
 from collections.abc import Iterator
@@ -161,11 +162,13 @@ def web_request(server: Any, transport: tcp.Connection) -> Any:
     return request
 
 
-def test_a_streams_headers_and_first_events_are_sent_during_the_reply_without_registering_the_socket() -> None:
-    """Twisted's own path registers the socket for writing, sends on the next turn and unregisters it: two
-    `epoll_ctl` calls and a turn of the loop for each stream's open. Only what the socket does not take, and a
-    reply that ends the response (which may close the connection), go that way."""
+@contextlib.contextmanager
+def started_reply(send_buffer: int | None = None) -> Iterator[tuple[Any, Any, tcp.Connection, _Reactor, socket.socket]]:
+    """A stream's request on a socket pair whose response daphne has started (status and headers set, nothing
+    written): the server, the request, its transport, the reactor it registers with, and the client's socket."""
     ours, theirs = socket.socketpair()
+    if send_buffer is not None:
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     theirs.settimeout(2)
     reactor = _Reactor()
     server = reply_server()
@@ -173,6 +176,17 @@ def test_a_streams_headers_and_first_events_are_sent_during_the_reply_without_re
     request = web_request(server, transport)
     try:
         asyncio.run(server.handle_reply(request, {"type": "http.response.start", "status": 200, "headers": []}))
+        yield server, request, transport, reactor, theirs
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_streams_headers_and_first_events_are_sent_during_the_reply_without_registering_the_socket() -> None:
+    """Twisted's own path registers the socket for writing, sends on the next turn and unregisters it: two
+    `epoll_ctl` calls and a turn of the loop for each stream's open. Only what the socket does not take, and a
+    reply that ends the response (which may close the connection), go that way."""
+    with started_reply() as (server, request, transport, reactor, theirs):
         asyncio.run(server.handle_reply(request, {"type": "http.response.body", "body": b"hello", "more_body": True}))
         received = theirs.recv(1000)
         assert received.startswith(b"HTTP/1.1 200 OK\r\n"), received
@@ -180,29 +194,15 @@ def test_a_streams_headers_and_first_events_are_sent_during_the_reply_without_re
         assert reactor.writers == []
         assert not transport.dataBuffer
         assert not transport._tempDataLen
-    finally:
-        ours.close()
-        theirs.close()
 
 
 def test_what_the_socket_does_not_take_of_a_reply_is_left_to_twisted() -> None:
-    ours, theirs = socket.socketpair()
-    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    theirs.settimeout(2)
-    reactor = _Reactor()
-    server = reply_server()
-    transport, _ = request_on(ours, reactor=reactor)
-    request = web_request(server, transport)
-    try:
-        asyncio.run(server.handle_reply(request, {"type": "http.response.start", "status": 200, "headers": []}))
+    with started_reply(send_buffer=4096) as (server, request, transport, reactor, theirs):
         body = {"type": "http.response.body", "body": b"x" * 1_000_000, "more_body": True}
         asyncio.run(server.handle_reply(request, body))
         assert theirs.recv(100).startswith(b"HTTP/1.1 200 OK")  # the start went out at once...
         assert transport.dataBuffer  # ...the rest waits in Twisted's buffer,
         assert reactor.writers == [transport]  # which sends it when the socket has room
-    finally:
-        ours.close()
-        theirs.close()
 
 
 def test_what_a_flow_wrote_directly_is_counted_when_its_client_leaves_or_it_stops(
@@ -279,11 +279,12 @@ def test_an_eager_port_accepts_every_waiting_connection_in_one_turn() -> None:
 
 def test_daphne_and_the_channel_read_twisteds_http_module_without_its_deprecation_proxy() -> None:
     assert isinstance(http, deprecate._ModuleProxy), "Twisted no longer wraps twisted.web.http: drop the unwrapping"
-    before = http_protocol.http, deadlines.http
+    channel_module: Any = deadlines  # its `http` is an import, not an export
+    before = http_protocol.http, channel_module.http
     try:
         read_http_unwrapped()
         assert type(http_protocol.http) is type(deprecate)  # a plain module
-        assert deadlines.http is http_protocol.http
+        assert channel_module.http is http_protocol.http
         assert http_protocol.http.Request is http.Request
     finally:
-        http_protocol.http, deadlines.http = before
+        http_protocol.http, channel_module.http = before
