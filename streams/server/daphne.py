@@ -420,10 +420,10 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
         if transport is None:
             await super().handle_reply(protocol, message)
         else:
-            # What the reply writes (a stream's headers and first events) is sent here and now, as `Flow.write`
-            # sends: Twisted's own path registers the socket for writing, sends on the next turn of the loop and
-            # unregisters it, two `epoll_ctl` calls and a turn for each stream's open. daphne's reply writes
-            # without awaiting anything, so nothing else sees the method shadowed.
+            # What the reply writes (a stream's status line, headers and opening) is sent here and now, as
+            # `Flow.write` sends: Twisted's own path registers the socket for writing, sends on the next turn of
+            # the loop and unregisters it, two `epoll_ctl` calls and a turn for each stream's open. daphne's reply
+            # writes without awaiting anything, so nothing else sees the method shadowed.
             transport.startWriting = _write_after_reply
             try:
                 await super().handle_reply(protocol, message)
