@@ -449,11 +449,8 @@ def idle_tcp(request: Any) -> Any:
     if (
         isinstance(transport, tcp.Connection)
         and not transport.TLS
-        and transport.connected
         and not transport.disconnecting
-        and not transport._writeDisconnected
-        and not transport._tempDataLen
-        and not transport.dataBuffer
+        and Flow._clear(request, transport)
     ):
         return transport
     return None

@@ -45,6 +45,7 @@ class DeadlineChannel(http.HTTPChannel):
 
     _deadline: Any = None  # an IDelayedCall
     _http2_seen = 0  # requests the HTTP/2 connection this one became had seen at the last look
+    _secure: bool | None = None  # whether the transport is TLS, once asked
 
     def connectionMade(self) -> None:
         super().connectionMade()  # type: ignore[no-untyped-call]
@@ -53,10 +54,9 @@ class DeadlineChannel(http.HTTPChannel):
     def isSecure(self) -> bool:
         # Asked twice per request (daphne's scope, ClientOrigin), each time an interface lookup on the transport,
         # which is the same for the connection's life.
-        secure: bool | None = self.__dict__.get("_secure")
-        if secure is None:
-            secure = self._secure = bool(super().isSecure())  # type: ignore[no-untyped-call]
-        return secure
+        if self._secure is None:
+            self._secure = bool(super().isSecure())  # type: ignore[no-untyped-call]
+        return self._secure
 
     def allHeadersReceived(self) -> None:
         self._disarm()

@@ -25,6 +25,16 @@ class Node:
 
 collector.tune()
 found = {}
+
+def burst():
+    for _ in range(collector.BURST_CONNECTIONS):
+        collector.connection_accepted()
+
+def frozen_by_a_young_pass(kept):  # how many objects a young pass froze, with 1 000 more in `kept` before it
+    before = gc.get_freeze_count()
+    kept.extend(Node() for _ in range(1000))
+    gc.collect(0)
+    return gc.get_freeze_count() - before
 """
 
 
@@ -110,15 +120,11 @@ def test_during_a_burst_of_connections_young_passes_freeze_what_they_keep() -> N
         for _ in range(collector.BURST_CONNECTIONS - 1):
             collector.connection_accepted()
         found["before"] = collector.bursting()
-        before = gc.get_freeze_count()
-        kept = [Node() for _ in range(1000)]
-        gc.collect(0)
-        found["not_yet"] = gc.get_freeze_count() - before
+        kept = []
+        found["not_yet"] = frozen_by_a_young_pass(kept)
         collector.connection_accepted()
         found["burst"] = collector.bursting()
-        more = [Node() for _ in range(1000)]
-        gc.collect(0)
-        found["grown"] = gc.get_freeze_count() - before
+        found["grown"] = frozen_by_a_young_pass(kept)
     """)
     assert found["before"] is False
     assert found["not_yet"] == 0
@@ -130,16 +136,12 @@ def test_a_burst_ends_a_window_after_its_last_connection_and_slow_connections_ma
     found = run("""
         import time
         collector.BURST_WINDOW_S = 0.3
-        for _ in range(collector.BURST_CONNECTIONS):
-            collector.connection_accepted()
+        burst()
         found["burst"] = collector.bursting()
         time.sleep(0.4)
         found["after"] = collector.bursting()
         gc.collect()
-        before = gc.get_freeze_count()
-        kept = [Node() for _ in range(1000)]
-        gc.collect(0)
-        found["grown"] = gc.get_freeze_count() - before
+        found["grown"] = frozen_by_a_young_pass([])
         for _ in range(3):  # a window's worth of connections spread over more than a window
             for _ in range(collector.BURST_CONNECTIONS // 2):
                 collector.connection_accepted()
@@ -156,20 +158,15 @@ def test_bursts_freeze_for_a_bounded_time_between_two_reviews() -> None:
     found = run("""
         import time
         collector.BURST_FREEZING_S = 0.3
-
-        def burst_then_grown():
-            for _ in range(collector.BURST_CONNECTIONS):
-                collector.connection_accepted()
-            before = gc.get_freeze_count()
-            kept = [Node() for _ in range(1000)]
-            gc.collect(0)
-            return gc.get_freeze_count() - before, kept
-
-        found["first"], first = burst_then_grown()
+        kept = []
+        burst()
+        found["first"] = frozen_by_a_young_pass(kept)
         time.sleep(0.4)
-        found["past_budget"], later = burst_then_grown()
+        burst()
+        found["past_budget"] = frozen_by_a_young_pass(kept)
         collector.review()
-        found["reviewed"], again = burst_then_grown()
+        burst()
+        found["reviewed"] = frozen_by_a_young_pass(kept)
     """)
     assert found["first"] >= 1000
     assert found["past_budget"] == 0

@@ -117,35 +117,6 @@ def test_a_write_the_socket_took_in_part_sends_the_next_after_the_rest_not_befor
         theirs.close()
 
 
-def test_a_write_through_the_asgi_path_sends_the_next_direct_write_after_it() -> None:
-    """After a whole direct write, a flow writes straight to the socket without looking at Twisted's state again;
-    a body sent through daphne's ASGI path (into Twisted's buffer) makes it look again, so the next direct write
-    waits its turn behind those bytes. What went out directly is in the request's byte count by then."""
-    ours, theirs = socket.socketpair()
-    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    server: Any = FlowControlServer.__new__(FlowControlServer)  # nothing but its replies: no listening
-    server.connections = {}
-    transport, _ = request_on(ours, reactor=_Reactor())
-    channel: Any = http.HTTPChannel()  # type: ignore[no-untyped-call]
-    channel.transport, channel.factory = transport, SimpleNamespace(server=server)
-    request: Any = WebRequest(channel)
-    request.startedWriting, request.chunked, transport.connected = 1, 1, 1
-    request._response_started = True
-    flow = request.producer = Flow(request)
-    try:
-        flow.write(b"first")
-        flow.write(b"second")
-        assert theirs.recv(100) == b"5\r\nfirst\r\n6\r\nsecond\r\n"  # straight to the socket
-        body = {"type": "http.response.body", "body": b"x" * 1_000_000, "more_body": True}
-        asyncio.run(server.handle_reply(request, body))  # more than the kernel takes: Twisted holds the rest
-        assert transport.dataBuffer or transport._tempDataLen
-        write_waits_behind_twisted(flow, transport, theirs, b"last")
-        assert request.sentLength == len("first") + len("second") + 1_000_000 + len("last")
-    finally:
-        ours.close()
-        theirs.close()
-
-
 def reply_server() -> Any:
     server: Any = FlowControlServer.__new__(FlowControlServer)  # nothing but its replies: no listening
     server.connections, server.server_name = {}, b""
@@ -160,6 +131,32 @@ def web_request(server: Any, transport: tcp.Connection) -> Any:
     transport.connected = 1
     request.producer = Flow(request)
     return request
+
+
+def test_a_write_through_the_asgi_path_sends_the_next_direct_write_after_it() -> None:
+    """After a whole direct write, a flow writes straight to the socket without looking at Twisted's state again;
+    a body sent through daphne's ASGI path (into Twisted's buffer) makes it look again, so the next direct write
+    waits its turn behind those bytes. What went out directly is in the request's byte count by then."""
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    server = reply_server()
+    transport, _ = request_on(ours, reactor=_Reactor())
+    request = web_request(server, transport)
+    request.startedWriting, request.chunked = 1, 1
+    request._response_started = True
+    flow = request.producer
+    try:
+        flow.write(b"first")
+        flow.write(b"second")
+        assert theirs.recv(100) == b"5\r\nfirst\r\n6\r\nsecond\r\n"  # straight to the socket
+        body = {"type": "http.response.body", "body": b"x" * 1_000_000, "more_body": True}
+        asyncio.run(server.handle_reply(request, body))  # more than the kernel takes: Twisted holds the rest
+        assert transport.dataBuffer or transport._tempDataLen
+        write_waits_behind_twisted(flow, transport, theirs, b"last")
+        assert request.sentLength == len("first") + len("second") + 1_000_000 + len("last")
+    finally:
+        ours.close()
+        theirs.close()
 
 
 @contextlib.contextmanager
