@@ -18,7 +18,6 @@ Each `clean()` checks what the object can check with the catalog in hand and key
 
 from __future__ import annotations
 
-import codecs
 import fnmatch
 import re
 from typing import Any, ClassVar
@@ -27,7 +26,7 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from bindings.schemas import AVRO, JSON, PROTOBUF, check_schema, proto_messages
+from bindings.schemas import AVRO, JSON, PROTOBUF, check_schema, encoding_problem, proto_messages
 
 DEFAULT_MAX_AGE_S = 300  # Zilla's `max-age` default: seconds a registry's schema is cached
 DEFAULT_ENCODING = "utf_8"
@@ -267,11 +266,8 @@ def side_problems(side: str, fields: dict[str, Any], topic: str) -> list[tuple[s
         )
         return found
     if model == "string":
-        encoding = fields["encoding"] or DEFAULT_ENCODING
-        try:
-            codecs.lookup(encoding)
-        except LookupError:
-            found.append(("encoding", f"Unknown encoding {encoding!r}: e.g. utf_8, utf_16 or latin_1."))
+        if problem := encoding_problem(fields["encoding"] or DEFAULT_ENCODING):
+            found.append(("encoding", problem))
     elif fields["encoding"]:
         found.append(("encoding", "Only a string model has an encoding."))
     if model == "string" or model in _NUMBERS:

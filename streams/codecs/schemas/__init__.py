@@ -8,6 +8,7 @@ schema registry client the decoders ask for a record's schema; its answers are c
 - `decoders`: `decoder_for(model, catalogs, topic, part)`, whose `decode(bytes)` gives JSON bytes.
 - `errors`: `DecodeError` and its `Reason`s, `SchemaError`.
 - `sources`: where schemas come from (`Catalogs`, the inline catalog); `registry`: the registry client.
+- `limits`: `Limits`, the bounds on the work one record may cost.
 - `framing`: the registry's magic byte, schema id and Protobuf message indexes.
 - `avro`, `protobuf`, `json_values`, `scalars`, `floats`: each model's bytes to JSON values.
 
@@ -16,6 +17,7 @@ The JSON each model gives is described in docs/schemas.md.
 
 from streams.codecs.schemas.decoders import Decoder, decoder_for
 from streams.codecs.schemas.errors import DecodeError, Reason, SchemaError
+from streams.codecs.schemas.limits import Limits
 from streams.codecs.schemas.sources import Catalogs
 from streams.codecs.schemas.spec import CatalogSpec, InlineSchema, ModelSpec, TopicModels, models_for
 
@@ -25,6 +27,7 @@ __all__ = [
     "DecodeError",
     "Decoder",
     "InlineSchema",
+    "Limits",
     "ModelSpec",
     "Reason",
     "SchemaError",

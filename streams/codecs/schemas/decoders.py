@@ -12,6 +12,9 @@ process. The forms each model's values take are in docs/schemas.md.
 - `json` without a catalog is only parsed; `string` and the numbers need no schema.
 
 A null (a tombstone's value, a record without a key) stays None: it is no JSON value of the model.
+
+Every decoder keeps to its `Limits` (limits.py): a key or value longer than `max_bytes` is not read, and what it
+decodes to is measured against every bound (a JSON record's text before its schema checks it).
 """
 
 from __future__ import annotations
@@ -23,62 +26,75 @@ from typing import Any, Protocol, TypeVar
 from streams.codecs.schemas import avro, json_values, protobuf, scalars
 from streams.codecs.schemas.errors import DecodeError, Reason, SchemaError
 from streams.codecs.schemas.framing import message_indexes, unframe
+from streams.codecs.schemas.limits import Limits
 from streams.codecs.schemas.registry import Schema
 from streams.codecs.schemas.sources import Catalogs, SchemaSource, referenced
 from streams.codecs.schemas.spec import ModelSpec, Part, SchemaFormat, topic_subject
 
 _T = TypeVar("_T")
-Read = Callable[[Schema, tuple[tuple[str, Schema], ...], memoryview], Any]
+_LIMITS = Limits()
+Read = Callable[[Schema, tuple[tuple[str, Schema], ...], memoryview, Limits], Any]
 
 
 class Decoder(Protocol):
     def decode(self, raw: bytes | None) -> bytes | None: ...
 
 
-def dumps(value: Any) -> bytes:
-    """Compact JSON in UTF-8, with no NaN (the converters wrote those as strings already)."""
+def dumps(value: Any, limits: Limits) -> bytes:
+    """Compact JSON in UTF-8, with no NaN (the converters wrote those as strings already), within `limits`."""
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
     except (ValueError, TypeError) as exc:  # UnicodeEncodeError (a lone surrogate) is a ValueError
         raise DecodeError(Reason.INVALID, f"no JSON for the value: {exc}") from None
+    limits.check_json(text)
+    return text
 
 
 class _Plain:
     """A model decoded without a schema."""
 
-    def __init__(self, to_json: Callable[[bytes | memoryview], bytes]) -> None:
-        self._to_json = to_json
+    def __init__(self, to_json: Callable[[bytes | memoryview], bytes], limits: Limits) -> None:
+        self._to_json, self._limits = to_json, limits
 
     def decode(self, raw: bytes | None) -> bytes | None:
-        return None if raw is None else self._to_json(raw)
+        if raw is None:
+            return None
+        self._limits.check_size(raw)
+        text = self._to_json(raw)
+        self._limits.check_size(text)
+        return text
 
 
 class _Framed:
     """A registry catalog's records: the schema by the id each one carries."""
 
-    def __init__(self, spec: ModelSpec, source: SchemaSource) -> None:
+    def __init__(self, spec: ModelSpec, source: SchemaSource, limits: Limits) -> None:
         self._format: SchemaFormat = _schema_format(spec)
         self._source = source
         self._read = _READS[self._format]
+        self._limits = limits
 
     def decode(self, raw: bytes | None) -> bytes | None:
         if raw is None:
             return None
+        self._limits.check_size(raw)
         schema_id, payload = unframe(raw)
         schema = self._source.by_id(schema_id)
         if schema.format != self._format:
             raise DecodeError(Reason.SCHEMA_MISMATCH, f"schema {schema_id} is {schema.format}, not {self._format}")
         if self._format == "protobuf":
             indexes, payload = message_indexes(payload)
-            return dumps(_read_protobuf(schema, referenced(schema, self._source), payload, indexes=indexes))
-        return dumps(self._read(schema, referenced(schema, self._source), payload))
+            value = _read_protobuf(schema, referenced(schema, self._source), payload, self._limits, indexes=indexes)
+            return dumps(value, self._limits)
+        return dumps(self._read(schema, referenced(schema, self._source), payload, self._limits), self._limits)
 
 
 class _Inline:
     """An inline catalog's records: one schema, by subject and version, for every record."""
 
-    def __init__(self, spec: ModelSpec, source: SchemaSource, topic: str, part: Part) -> None:
+    def __init__(self, spec: ModelSpec, source: SchemaSource, topic: str, part: Part, limits: Limits) -> None:
         self._format: SchemaFormat = _schema_format(spec)
+        self._limits = limits
         if spec.schema_id is not None:
             raise SchemaError("an inline catalog's schemas have no ids: name a subject or the topic strategy")
         subject = spec.subject or (topic_subject(topic, part) if spec.strategy == "topic" else None)
@@ -91,13 +107,14 @@ class _Inline:
     def decode(self, raw: bytes | None) -> bytes | None:
         if raw is None:
             return None
+        self._limits.check_size(raw)
         schema = self._source.by_subject(self._subject, self._version)
         if schema.format != self._format:
             raise DecodeError(Reason.SCHEMA_MISMATCH, f"{self._subject} is {schema.format}, not {self._format}")
         payload = memoryview(raw)
         if self._format == "protobuf":
-            return dumps(_read_protobuf(schema, (), payload, record=self._record))
-        return dumps(self._read(schema, (), payload))
+            return dumps(_read_protobuf(schema, (), payload, self._limits, record=self._record), self._limits)
+        return dumps(self._read(schema, (), payload, self._limits), self._limits)
 
 
 def _schema_format(spec: ModelSpec) -> SchemaFormat:
@@ -115,15 +132,15 @@ def _compiled(make: Callable[[], _T]) -> _T:
         raise DecodeError(Reason.SCHEMA_MISMATCH, str(exc)) from None
 
 
-def _read_avro(schema: Schema, imports: tuple[tuple[str, Schema], ...], payload: memoryview) -> Any:
+def _read_avro(schema: Schema, imports: tuple[tuple[str, Schema], ...], payload: memoryview, limits: Limits) -> Any:
     texts = tuple(imported.text for _, imported in imports)
-    return _compiled(lambda: avro.reader(schema.text, texts)).read(payload)
+    return _compiled(lambda: avro.reader(schema.text, texts)).read(payload, limits)
 
 
-def _read_json(schema: Schema, imports: tuple[tuple[str, Schema], ...], payload: memoryview) -> Any:
+def _read_json(schema: Schema, imports: tuple[tuple[str, Schema], ...], payload: memoryview, limits: Limits) -> Any:
     texts = tuple((name, imported.text) for name, imported in imports)
     checker = _compiled(lambda: json_values.checker(schema.text, texts))
-    value = json_values.parse(payload)
+    value = json_values.parse(payload, limits)
     checker.check(value)
     return value
 
@@ -132,10 +149,12 @@ def _read_protobuf(
     schema: Schema,
     imports: tuple[tuple[str, Schema], ...],
     payload: memoryview,
+    limits: Limits,
     *,
     indexes: tuple[int, ...] | None = None,
     record: str | None = None,
 ) -> Any:
+    del limits  # protobuf's parser stops at 100 levels by itself; `dumps` measures the JSON it gives
     texts = tuple((name, imported.text) for name, imported in imports)
     reader = _compiled(lambda: protobuf.reader(schema.text, texts))
     descriptor = reader.by_indexes(indexes) if indexes is not None else reader.by_name(record)
@@ -145,18 +164,20 @@ def _read_protobuf(
 _READS: dict[SchemaFormat, Read] = {"avro": _read_avro, "json": _read_json, "protobuf": _read_protobuf}
 
 
-def decoder_for(spec: ModelSpec, catalogs: Catalogs, topic: str, part: Part = "value") -> Decoder:
+def decoder_for(
+    spec: ModelSpec, catalogs: Catalogs, topic: str, part: Part = "value", limits: Limits = _LIMITS
+) -> Decoder:
     """The decoder of `topic`'s `part` under `spec`; `SchemaError` for a model that cannot work (an `avro` model
     without a catalog, an inline catalog without a subject, an unknown catalog or character set)."""
     if spec.model == "string":
-        return _Plain(scalars.string(spec.encoding))
+        return _Plain(scalars.string(spec.encoding), limits)
     if spec.model in ("int32", "int64", "float", "double"):
-        return _Plain(scalars.number(spec.model))
+        return _Plain(scalars.number(spec.model), limits)
     if spec.catalog is None:
         if spec.model == "json":
-            return _Plain(lambda raw: dumps(json_values.parse(raw)))
+            return _Plain(lambda raw: dumps(json_values.parse(raw, limits), limits), limits)
         raise SchemaError(f"the {spec.model} model needs a catalog")
     source = catalogs.source(spec.catalog)
     if catalogs.specs[spec.catalog].is_registry:
-        return _Framed(spec, source)
-    return _Inline(spec, source, topic, part)
+        return _Framed(spec, source, limits)
+    return _Inline(spec, source, topic, part, limits)

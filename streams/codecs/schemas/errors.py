@@ -14,6 +14,11 @@ reason, so it must stay small and stable. The reasons, in the order a record mee
 - `not-json`: a `json` model's record is not JSON (or not UTF-8).
 - `invalid`: the payload does not decode under its schema or model (bad Avro or Protobuf bytes, trailing bytes,
   a `string` that is not in its encoding, a number of the wrong width).
+- `too-large`: the record is past a bound on the work one record may cost (`Limits`, limits.py): its bytes, its
+  decoded JSON's bytes, its items, or how deep it nests.
+- `too-slow`: decoding it took longer than the per-record budget; the decoder process was ended and replaced.
+- `crashed`: decoding it failed in a way nothing foresaw (an exception of any other kind), or the decoder process
+  died while it decoded it (a crash in a C extension, the kernel's OOM killer): the record is never tried again.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ class Reason(StrEnum):
     SCHEMA_MISMATCH = "schema-mismatch"
     NOT_JSON = "not-json"
     INVALID = "invalid"
+    TOO_LARGE = "too-large"
+    TOO_SLOW = "too-slow"
+    CRASHED = "crashed"
 
 
 class DecodeError(Exception):

@@ -40,6 +40,7 @@ from google.protobuf import (
 from google.protobuf.descriptor import Descriptor, FileDescriptor
 
 from streams.codecs.schemas.errors import DecodeError, Reason, SchemaError
+from streams.codecs.schemas.timing import schema_work
 
 COMPILE_TIMEOUT_S = 60
 MAIN_FILE = "schema.proto"
@@ -131,7 +132,8 @@ def reader(text: str, references: tuple[tuple[str, str], ...] = ()) -> ProtobufR
 @lru_cache(maxsize=256)
 def _reader_or_error(text: str, references: tuple[tuple[str, str], ...]) -> ProtobufReader | SchemaError:
     try:
-        return ProtobufReader(text, references)
+        with schema_work():
+            return ProtobufReader(text, references)
     except SchemaError as exc:
         return exc
 

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from streams.codecs.schemas.errors import DecodeError, Reason
 from streams.codecs.schemas.spec import SchemaFormat
+from streams.codecs.schemas.timing import schema_work
 
 TIMEOUT_S = 2.0
 NOT_FOUND_AGE_S = 5.0
@@ -126,7 +127,8 @@ class RegistryClient:
                     return stale
                 raise DecodeError(Reason.REGISTRY_UNAVAILABLE, self.last_failure or "")
             try:
-                schema = _schema(self._get(path), schema_id)
+                with schema_work():
+                    schema = _schema(self._get(path), schema_id)
             except _NotFound:
                 self._succeeded()
                 self._cache[path] = _Entry(None, now)

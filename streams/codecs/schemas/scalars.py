@@ -7,12 +7,12 @@ model's encoding and written as a JSON string.
 
 from __future__ import annotations
 
-import codecs
 import json
 import math
 import struct
 from collections.abc import Callable
 
+from bindings.schemas import encoding_problem
 from streams.codecs.schemas.errors import DecodeError, Reason, SchemaError
 from streams.codecs.schemas.floats import non_finite, shortest_float32
 
@@ -45,16 +45,16 @@ def number(model: str) -> ToJson:
 
 
 def string(encoding: str) -> ToJson:
-    try:
-        codecs.lookup(encoding)
-    except LookupError:
-        raise SchemaError(f"no character set {encoding!r}") from None
+    """Text in `encoding`, which must be a character set of stored text (bindings/schemas.py: Python's transforms
+    such as `hex` and its special encodings such as `punycode`, quadratic in the text, are refused)."""
+    if problem := encoding_problem(encoding):
+        raise SchemaError(problem)
 
     def to_json(raw: bytes | memoryview) -> bytes:
         try:
             text = bytes(raw).decode(encoding)
-        except UnicodeDecodeError as exc:
-            raise DecodeError(Reason.INVALID, f"not {encoding}: {exc.reason}") from None
+        except UnicodeError as exc:  # UnicodeDecodeError, and the plain UnicodeError some codecs raise
+            raise DecodeError(Reason.INVALID, f"not {encoding}: {getattr(exc, 'reason', exc)}") from None
         return json.dumps(text, ensure_ascii=False).encode()
 
     return to_json
