@@ -90,3 +90,16 @@ SSE_MAX_CHALLENGE_RESPONSES_PER_MIN = envint("SSE_MAX_CHALLENGE_RESPONSES_PER_MI
 SSE_UNKNOWN_PATH_RELOAD_MS = envint("SSE_UNKNOWN_PATH_RELOAD_MS", default=500, minimum=0, maximum=60_000)
 # `?since=` lookups (Kafka's offsets for a time) are kept this long per topic and time, and shared.
 SSE_SINCE_CACHE_S = envint("SSE_SINCE_CACHE_S", default=10, minimum=0, maximum=3600)
+
+# Decoding (docs/schemas.md, "What a record may cost"): a key or value of a topic with a model past one of these is
+# skipped as `too-large`: its bytes (raw, and as the JSON it decodes to), its items (array items and map entries or
+# object members, at any depth) and how deep it nests.
+DECODE_MAX_BYTES = envint("DECODE_MAX_BYTES", default=2 * 1024 * 1024, minimum=1024, maximum=64 * 1024 * 1024)
+DECODE_MAX_ITEMS = envint("DECODE_MAX_ITEMS", default=100_000, minimum=10)
+DECODE_MAX_DEPTH = envint("DECODE_MAX_DEPTH", default=100, minimum=2, maximum=1000)
+# One record's own decoding work (not a registry's answer or a schema's compile, which have timeouts of their own)
+# may take this long before its decoder process is ended and the record skipped as `too-slow`.
+DECODE_BUDGET_MS = envint("DECODE_BUDGET_MS", default=1000, minimum=10, maximum=60_000)
+# The address space of each decoder process: past it an allocation fails (the record is skipped as `crashed`)
+# rather than the kernel's OOM killer choosing a process (0: no limit).
+DECODE_MEMORY_MB = envint("DECODE_MEMORY_MB", default=1024, minimum=0)

@@ -1,16 +1,18 @@
-"""Records decoded where they are fetched: each record's key and value turned into JSON once, in the consumer
-processes, before the worker sees it. Django-free: the fetch process and the historical readers' host import it.
+"""Records decoded where they are fetched: each record's key and value turned into JSON once, before the worker
+sees it. Django-free: the decoder processes import it (streams/kafka/decoder_process.py), and the consumer
+processes that own them its `Models` and `Tally`.
 
 A topic with key or value models (`TopicModels`, matched by `models_for`) has its records decoded by the schema
-codecs (streams/codecs/schemas/, docs/schemas.md); a topic without any is passed through as it is. Each record
-ends one of three ways (`Decoding.record`):
+codecs (streams/codecs/schemas/, docs/schemas.md) within the models' `Limits`; a topic without any is passed
+through as it is. Each record ends one of three ways (`Decoding.record`):
 
 - **decoded**: its key and value replaced by their JSON (a null stays null);
-- **skipped**: it does not decode (any `DecodeError` but `registry-unavailable`): dropped from what streams see,
-  counted per topic and reason, and logged once per topic and reason per minute;
+- **skipped**: it does not decode, whatever the reason (a `DecodeError` but `registry-unavailable`, or any other
+  exception, counted as `crashed`): dropped from what streams see, counted per topic and reason, and logged once
+  per topic and reason per minute, with where it is and why, never with its bytes;
 - **waiting** (`Waiting` raised): its schema is in a registry that cannot be reached and no cached answer stands
-  in. Such a record is not the record's fault: it is never skipped. Its partition waits at it (`Holds`), and it
-  is tried again until the registry answers.
+  in. Such a record is not the record's fault: it is never skipped. Its partition waits at it (`DecodeQueue`,
+  streams/kafka/decode_queue.py), and it is tried again until the registry answers.
 
 The worker hands the models over as one `Models`, from the route table's reload (streams/routes/table.py). What
 the processes counted comes back to the worker as deltas and adds up in `DecodeStats`, which the metrics read.
@@ -33,6 +35,7 @@ from streams.codecs.schemas import (
     DecodeError,
     Decoder,
     InlineSchema,
+    Limits,
     ModelSpec,
     Reason,
     SchemaError,
@@ -47,26 +50,55 @@ log = logging.getLogger("streams.kafka.decoding")
 
 Key = tuple[str, int]
 LOG_EVERY_S = 60.0  # one log line per topic and reason at most this often
-RETRY_S = 1.0  # a partition waiting for its registry tries again this often (the client backs off by itself)
 _T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
+class Budgets:
+    """What the decoder process of a consumer process may spend (settings `DECODE_BUDGET_MS`, `DECODE_MEMORY_MB`):
+    `record_ms` of one record's own work (schema work, a registry's answer or a compile, has timeouts of its own),
+    and `memory_mb` of address space, past which an allocation fails (the record is skipped as `crashed`) instead
+    of the kernel's OOM killer ending a process."""
+
+    record_ms: int = 1000
+    memory_mb: int = 1024
+
+
+DEFAULT_LIMITS, DEFAULT_BUDGETS = Limits(), Budgets()
+
+
+@dataclass(frozen=True)
 class Models:
-    """Everything decoding needs: the catalogs, and the key/value models of topics. Picklable, sent as it is to
-    the consumer processes."""
+    """Everything decoding needs: the catalogs, the key/value models of topics, and the bounds on one record's
+    work (`Limits`, the settings `DECODE_*`; the decoder process's budgets too: `Budgets`). Picklable, sent as it
+    is to the consumer processes."""
 
     catalogs: tuple[CatalogSpec, ...] = ()
     topics: tuple[TopicModels, ...] = ()
+    limits: Limits = DEFAULT_LIMITS
+    budgets: Budgets = DEFAULT_BUDGETS
 
     @classmethod
-    def of(cls, catalogs: Iterable[Any], topics: Iterable[Any]) -> Models:
+    def of(
+        cls,
+        catalogs: Iterable[Any],
+        topics: Iterable[Any],
+        limits: Limits | None = None,
+        budgets: Budgets | None = None,
+    ) -> Models:
         """Models from any dataclasses that mirror spec.py's field for field (the control plane's selectors):
         copied into spec.py's own, so the consumer processes unpickle them without importing the control plane."""
         return cls(
             tuple(_copy(CatalogSpec, catalog, schemas=_each(InlineSchema)) for catalog in catalogs),
             tuple(_copy(TopicModels, rule, key=_one(ModelSpec), value=_one(ModelSpec)) for rule in topics),
+            limits or Limits(),
+            budgets or Budgets(),
         )
+
+    def decodes(self, topic: str) -> bool:
+        """Whether `topic`'s records are decoded (a key or value model names it)."""
+        rule = models_for(topic, self.topics)
+        return rule is not None and (rule.key is not None or rule.value is not None)
 
 
 def _copy(kind: type[_T], source: Any, **convert: Callable[[Any], Any]) -> _T:
@@ -148,18 +180,21 @@ class Decoding:
             return True
 
     def record(self, topic: str, record: RecordTuple) -> RecordTuple | None:
-        """The record with its key and value as JSON; None when it is skipped. Raises `Waiting`."""
-        decoders = self._decoders(topic)
-        if decoders is None:
-            return record
+        """The record with its key and value as JSON; None when it is skipped. Raises `Waiting`, nothing else."""
         partition, offset, key, value, headers, timestamp, key_json = record
         try:
+            decoders = self._decoders(topic)
+            if decoders is None:
+                return record
             key_json = key_json or decoders[0] is not _PASS
             key, value = decoders[0].decode(key), decoders[1].decode(value)
         except DecodeError as exc:
             if exc.reason is Reason.REGISTRY_UNAVAILABLE:
                 raise Waiting(exc.detail or str(exc.reason)) from None
-            self._skipped(topic, partition, offset, exc)
+            self.skipped(topic, partition, offset, exc)
+            return None
+        except Exception as exc:  # a bug of ours or a library's, a MemoryError: the record's, not the process's
+            self.skipped(topic, partition, offset, DecodeError(Reason.CRASHED, f"{type(exc).__name__}: {exc}"[:300]))
             return None
         with self._lock:
             self.tally.decoded[topic] += 1
@@ -181,12 +216,13 @@ class Decoding:
         if spec is None:
             return _PASS
         try:
-            return decoder_for(spec, self._catalogs, topic, part)
+            return decoder_for(spec, self._catalogs, topic, part, self.models.limits)
         except (SchemaError, LookupError) as exc:  # LookupError: an unknown character set
             log.error("topic %s: its %s model cannot decode anything (%s); its records are skipped", topic, part, exc)
             return _Broken(f"the {part} model: {exc}")
 
-    def _skipped(self, topic: str, partition: int, offset: int, error: DecodeError) -> None:
+    def skipped(self, topic: str, partition: int, offset: int, error: DecodeError) -> None:
+        """Count and log (at most once a minute per topic and reason) a record skipped."""
         reason = str(error.reason)
         now = self._clock()
         with self._lock:
@@ -200,94 +236,6 @@ class Decoding:
             "topic %s: a record does not decode (%s), skipped: partition %d offset %d: %s (%d more since the last "
             "line)", topic, reason, partition, offset, error.detail, since,
         )  # fmt: skip
-
-
-@dataclass
-class Held:
-    """A waiting partition's records, from the first whose schema could not be had, not decoded yet."""
-
-    records: list[RecordTuple]
-    why: str
-    retry_at: float
-    eof: bool = False  # the consumer reached Kafka's end after these records
-
-
-class Holds:
-    """The partitions of a consumer that wait for a registry. A partition waits at the first record whose decode
-    raised `Waiting`: that record and those after it are held, undecoded, and its consumer partition is paused
-    (by the caller) so nothing newer is fetched meanwhile. Every `RETRY_S` the held records are tried again, in
-    order; those that decode are released, and once none is held the partition fetches again."""
-
-    def __init__(self, decoding: Decoding, clock: Callable[[], float] = time.monotonic) -> None:
-        self.decoding, self._clock = decoding, clock
-        self.held: dict[Key, Held] = {}
-
-    def __contains__(self, key: Key) -> bool:
-        return key in self.held
-
-    def waiting(self) -> dict[Key, str]:
-        return {key: held.why for key, held in self.held.items()}
-
-    def take(self, key: Key, records: list[RecordTuple]) -> list[RecordTuple]:
-        """The records of `key` that go out now, decoded; from the first that waits on, the rest are held."""
-        held = self.held.get(key)
-        if held is not None:
-            last = held.records[-1][1] if held.records else -1
-            held.records.extend(record for record in records if record[1] > last)
-            return []
-        out, rest, why = self._decode(key[0], records)
-        if rest:
-            self.held[key] = Held(rest, why, self._clock() + RETRY_S)
-        return out
-
-    def eof(self, key: Key) -> bool:
-        """The consumer reached the partition's end: False when the partition waits (it is not at its end for the
-        streams until the held records are out), noted for when they are."""
-        held = self.held.get(key)
-        if held is None:
-            return True
-        held.eof = True
-        return False
-
-    def retry(self, *, now: float | None = None) -> tuple[dict[Key, list[RecordTuple]], set[Key]]:
-        """Try the held records of the partitions due again: the records that decoded per partition, and the
-        partitions released (nothing held any more), whose end is reached when `eof` said so."""
-        now = self._clock() if now is None else now
-        out: dict[Key, list[RecordTuple]] = {}
-        released: set[Key] = set()
-        for key, held in list(self.held.items()):
-            if now < held.retry_at:
-                continue
-            decoded, rest, why = self._decode(key[0], held.records)
-            if decoded:
-                out[key] = decoded
-            if rest:
-                held.records, held.why, held.retry_at = rest, why, now + RETRY_S
-            else:
-                released.add(key)
-                del self.held[key]
-                if held.eof:
-                    out.setdefault(key, [])
-        return out, released
-
-    def retry_soon(self) -> None:
-        for held in self.held.values():
-            held.retry_at = 0.0
-
-    def drop(self, keys: Iterable[Key]) -> None:
-        for key in keys:
-            self.held.pop(key, None)
-
-    def _decode(self, topic: str, records: list[RecordTuple]) -> tuple[list[RecordTuple], list[RecordTuple], str]:
-        out: list[RecordTuple] = []
-        for index, record in enumerate(records):
-            try:
-                decoded = self.decoding.record(topic, record)
-            except Waiting as waiting:
-                return out, records[index:], str(waiting)
-            if decoded is not None:
-                out.append(decoded)
-        return out, [], ""
 
 
 class DecodeStats:

@@ -3,8 +3,9 @@
 Started by `ConsumerProcess` (streams/kafka/fetcher.py) as `python -m streams.kafka.fetch_process FD`, where FD is its
 end of a socket pair carrying pickled messages both ways; with `host` after FD, it hosts the historical readers'
 consumers instead (`Host`, streams/kafka/host_process.py). It imports no Django and knows nothing of streams: it
-applies the commands it is given, in order, polls, decodes what it fetched (topics with key/value models,
-streams/kafka/decoding.py) and sends it back.
+applies the commands it is given, in order, polls, and sends back what it fetched: the records of topics with
+key/value models once its decoder process decoded them (streams/kafka/decoder.py, decode_queue.py), the others as
+they come, so that no record being decoded holds up a topic that needs no decoding.
 
 Commands (parent to child), tuples:
     ("config", {librdkafka settings}, batch size)  first, once
@@ -23,29 +24,29 @@ Messages (child to parent), tuples:
 
 A record tuple is (partition, offset, key, value, headers, timestamp_ms), key and value decoded. A record that does
 not decode is left out (the cache window has a gap there, as for a transaction marker). A partition whose
-registry cannot be reached waits (`Holds`): paused in the consumer whatever the parent says, its records from the
-first undecoded one held and tried again every second, its end not reported until they are out. The child exits
-when its socket closes (the parent went away).
+registry cannot be reached waits (`DecodeQueue`): paused in the consumer whatever the parent says, its records from
+the first undecoded one held and tried again every second, its end not reported until they are out. The child
+exits when its socket closes (the parent went away).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
 import signal
 import sys
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from streams.kafka.decoding import Decoding, Holds, Models
+from streams.kafka.decode_queue import DecodeQueue
+from streams.kafka.decoder import Decoder
+from streams.kafka.decoding import Models
 from streams.kafka.host_process import Host
+from streams.kafka.process_logs import log_to_stderr
 from streams.kafka.records import RecordTuple, record_tuple
 
 log = logging.getLogger("streams.kafka.fetch_process")
@@ -55,6 +56,9 @@ BATCH_BYTES = 4 * 1024 * 1024  # one batch sent to the parent holds about this m
 MAX_BATCHES_IN_FLIGHT = 2
 HIGHS_EVERY_S = 1.0  # how often Kafka's end of each partition is noted, for the fetch-lag metric
 METADATA_TIMEOUT_S = 5.0
+POLL_S = 0.05  # how long a poll waits for a record when nothing else is to be done
+DECODING_POLL_S = 0.005  # ... while the decoder decodes: its answer is sent that soon after it comes
+ANSWER_WAIT_S = 0.01  # how long a new job's answer is waited for at once (most come within a millisecond)
 # Errors that mean the topic (or the partition) is not there: the parent checks the topic and drops it if gone.
 TOPIC_GONE = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 TOPIC_GONE.add(getattr(KafkaError, "UNKNOWN_TOPIC_ID", KafkaError.UNKNOWN_TOPIC_OR_PART))
@@ -68,9 +72,12 @@ class Fetch:
         self.known: dict[str, set[int]] = {}  # topics in the consumer's metadata cache, with their partitions
         self.in_flight = 0
         self.highs_due = 0.0
-        self.paused: set[Key] = set()  # paused by the parent (a waiting partition is paused besides)
-        self.decoding = Decoding()
-        self.holds = Holds(self.decoding)
+        self.paused: set[Key] = set()  # paused by the parent (a blocked partition is paused besides)
+        self.models = Models()
+        self.decoded_topics: dict[str, bool] = {}  # whether a topic's records go through the decoder
+        self.decoder = Decoder()
+        self.queue = DecodeQueue()
+        self.blocked: set[Key] = set()  # paused while the queue blocks them
         self.waiting_said: dict[Key, str] = {}
 
     def run(self) -> None:
@@ -79,13 +86,13 @@ class Fetch:
                 if not self.commands(0.1 if not self.polling or self.in_flight >= MAX_BATCHES_IN_FLIGHT else 0):
                     return
                 if self.polling and self.in_flight < MAX_BATCHES_IN_FLIGHT:
-                    self.poll()
-                    if self.holds.held and self.in_flight < MAX_BATCHES_IN_FLIGHT:
-                        self.release()
+                    self.poll(DECODING_POLL_S if self.decoder.busy else POLL_S)
+                    self.pump()
                     self.note_highs()
         except OSError:  # the parent went away while this process sent to it
             return
         finally:
+            self.decoder.close()
             self.consumer.close()
 
     def commands(self, wait: float) -> bool:
@@ -141,7 +148,8 @@ class Fetch:
         for topic in {topic for topic, _ in mine} - {topic for topic, _ in self.polling}:
             self.known.pop(topic, None)
         self.paused.difference_update(mine)
-        self.holds.drop(mine)
+        self.blocked.difference_update(mine)
+        self.queue.drop(mine)
 
     def do_pause(self, keys: Iterable[Key]) -> None:
         if mine := self.mine(keys):
@@ -151,7 +159,7 @@ class Fetch:
     def do_resume(self, keys: Iterable[Key]) -> None:
         mine = self.mine(keys)
         self.paused.difference_update(mine)
-        if fetch := [key for key in mine if key not in self.holds]:  # a waiting partition stays paused
+        if fetch := [key for key in mine if key not in self.blocked]:  # a blocked partition stays paused
             self.resume(fetch)
 
     def resume(self, keys: list[Key]) -> None:
@@ -167,16 +175,38 @@ class Fetch:
                     self.consumer.seek(found)
 
     def do_models(self, models: Models) -> None:
-        if self.decoding.use(models):
-            self.holds.retry_soon()  # a catalog may have changed its URL: try the waiting records again now
+        if models != self.models:
+            self.models = models
+            self.decoded_topics = {}
+            self.decoder.use(models)
+            self.queue.retry_soon()  # a catalog may have changed its URL: try the waiting records again now
 
-    def release(self) -> None:
-        """Send what the waiting partitions' records gave once their registry answered; fetch those released."""
-        records, released = self.holds.retry()
-        eof = [key for key in released if key in records and not records[key]]
-        records = {key: found for key, found in records.items() if found}
-        if fetch := [key for key in released if key not in self.paused]:
+    def decodes(self, topic: str) -> bool:
+        found = self.decoded_topics.get(topic)
+        if found is None:
+            found = self.decoded_topics[topic] = self.models.decodes(topic)
+        return found
+
+    def pump(self) -> None:
+        """Send what the decoder answered, give it the next job, and pause or resume the partitions the queue
+        blocks or no longer blocks."""
+        results = self.decoder.collect()
+        if results is not None:
+            self.send_decoded(results)
+        ready = not self.decoder.busy and self.in_flight < MAX_BATCHES_IN_FLIGHT
+        if ready and (job := self.queue.job(self.batch_size, BATCH_BYTES)):
+            self.decoder.submit(job)
+            if (results := self.decoder.collect(ANSWER_WAIT_S)) is not None:
+                self.send_decoded(results)
+        blocked = self.queue.blocked() & self.polling.keys()
+        if stop := blocked - self.blocked:  # the consumer fetches nothing newer while they wait
+            self.consumer.pause(_partitions(stop))
+        if fetch := [key for key in self.blocked - blocked if key in self.polling and key not in self.paused]:
             self.resume(fetch)
+        self.blocked = blocked
+
+    def send_decoded(self, results: list[Any]) -> None:
+        records, eof = self.queue.done(results)
         self.send_batch(records, eof)
 
     def send_batch(self, records: dict[Key, list[RecordTuple]], eof: list[Key]) -> None:
@@ -187,8 +217,8 @@ class Fetch:
 
     def note_decoding(self) -> None:
         """What was decoded and skipped since the last note, and which partitions wait, when anything changed."""
-        skipped, decoded = self.decoding.tally.take()
-        waiting = self.holds.waiting()
+        skipped, decoded = self.decoder.tally.take()
+        waiting = self.queue.waiting()
         if skipped or decoded or waiting != self.waiting_said:
             self.waiting_said = waiting
             self.conn.send(("decoding", skipped, decoded, waiting))
@@ -211,9 +241,9 @@ class Fetch:
                     lows[key] = low
         self.conn.send(("highs", highs, lows))
 
-    def poll(self) -> None:
+    def poll(self, wait: float) -> None:
         # poll() returns as soon as one message is ready; consume(n, 0) then drains what is already fetched.
-        first = self.consumer.poll(0.05)
+        first = self.consumer.poll(wait)
         if first is None:
             return
         messages, size = [first], len(first.value() or b"")
@@ -242,44 +272,18 @@ class Fetch:
                 ends.append(key)
         if errors:
             self.conn.send(("errors", errors))
-        waiting = set(self.holds.held)
-        records = {key: decoded for key, found in fetched.items() if (decoded := self.holds.take(key, found))}
-        if stop := set(self.holds.held) - waiting:  # the consumer fetches nothing newer while they wait
-            self.consumer.pause(_partitions(stop))
-        eof = [key for key in ends if self.holds.eof(key)]
+        records: dict[Key, list[RecordTuple]] = {}
+        for key, found in fetched.items():
+            if key in self.queue or self.decodes(key[0]):
+                self.queue.add(key, self.polling[key], found)
+            else:
+                records[key] = found
+        eof = [key for key in ends if self.queue.eof(key)]
         self.send_batch(records, eof)
 
 
 def _partitions(keys: Iterable[Key]) -> list[TopicPartition]:
     return [TopicPartition(topic, partition) for topic, partition in sorted(keys)]
-
-
-class JsonLines(logging.Formatter):
-    """The worker's JSON log lines (config/logs.py, not imported: its package starts Celery)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "time": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-            "request_id": "-",
-            "process": record.process,
-        }
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
-
-
-def log_to_stderr() -> None:
-    """As the worker logs (`LOG_FORMAT`, `LOG_LEVEL`): one line per record on stderr."""
-    handler = logging.StreamHandler()
-    if os.environ.get("LOG_FORMAT") == "json":
-        handler.setFormatter(JsonLines())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [-] %(message)s"))
-    level = os.environ.get("LOG_LEVEL", "INFO").upper()
-    logging.basicConfig(level=level if level in logging.getLevelNamesMapping() else "INFO", handlers=[handler])
 
 
 def main() -> None:

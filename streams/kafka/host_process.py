@@ -8,9 +8,10 @@ Operations: ("open", config, topic, [(partition, offset), ...]), ("read", timeou
 models records are decoded with from then on (streams/kafka/decoding.py). Unasked, the host sends
 (STATS, True, (skipped, decoded)): what it decoded and skipped since it last said, after a read that did either.
 
-Records are decoded as the fetch process decodes them: a record that does not decode is skipped, and one whose
-registry cannot be reached stops its partition there: the reader's consumer is moved back to it and the reader
-reads nothing for `RETRY_S`, then tries again (the stream waits, as the fetched window does).
+Records are decoded as the fetch process decodes them, by a decoder process of the host's
+(streams/kafka/decoder.py), which the readers share one at a time: a record that does not decode is skipped, and
+one whose registry cannot be reached stops its partition there: the reader's consumer is moved back to it and the
+reader reads nothing for `RETRY_S`, then tries again (the stream waits, as the fetched window does).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from streams.kafka.decoding import RETRY_S, Decoding, Waiting
+from streams.kafka.decode_queue import RETRY_S
+from streams.kafka.decoder import Decoder
+from streams.kafka.decoding import Models
 from streams.kafka.records import RecordTuple, record_tuple
 
 log = logging.getLogger("streams.kafka.fetch_process")
@@ -37,9 +40,15 @@ class Host:
         self.conn = conn
         self.lock = threading.Lock()  # the readers' threads reply on one socket
         self.readers: dict[int, queue.SimpleQueue[tuple[int, str, tuple[Any, ...]]]] = {}
-        self.decoding = Decoding()
+        self.decoding = SharedDecoder()
 
     def run(self) -> None:
+        try:
+            self.serve_requests()
+        finally:
+            self.decoding.close()
+
+    def serve_requests(self) -> None:
         while True:
             try:
                 request, reader, operation, args = self.conn.recv()
@@ -81,15 +90,42 @@ class Host:
 
     def report(self) -> None:
         """What the readers decoded and skipped since the last report, if anything (called holding the lock)."""
-        skipped, decoded = self.decoding.tally.take()
+        skipped, decoded = self.decoding.take()
         if skipped or decoded:
             self.conn.send((STATS, True, (skipped, decoded)))
+
+
+class SharedDecoder:
+    """The host's decoder process, used by one reader at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._decoder = Decoder()
+
+    def use(self, models: Models) -> None:
+        with self._lock:
+            self._decoder.use(models)
+
+    def decodes(self, topic: str) -> bool:
+        return self._decoder.models.decodes(topic)
+
+    def decode(self, topic: str, records: list[RecordTuple]) -> list[Any]:
+        with self._lock:
+            return self._decoder.decode([(topic, record) for record in records])
+
+    def take(self) -> tuple[dict[tuple[str, str], int], dict[str, int]]:
+        with self._lock:
+            return self._decoder.tally.take()
+
+    def close(self) -> None:
+        with self._lock:
+            self._decoder.close()
 
 
 class History:
     """One historical reader's consumer, decoding what it reads."""
 
-    def __init__(self, consumer: Consumer, topic: str, decoding: Decoding) -> None:
+    def __init__(self, consumer: Consumer, topic: str, decoding: SharedDecoder) -> None:
         self.consumer, self.topic, self.decoding = consumer, topic, decoding
         self.quiet_until = 0.0  # a partition waits for its registry: nothing is read until then
 
@@ -104,26 +140,29 @@ class History:
         first = self.consumer.poll(timeout)
         if first is None:
             return records, eof
-        stopped: set[int] = set()  # partitions waiting at a record: what follows it is read again later
+        fetched: list[RecordTuple] = []
         for message in [first, *self.consumer.consume(batch_size - 1, 0)]:
             error = message.error()
-            partition = message.partition() or 0
-            if partition in stopped:
-                continue
             if error is None:
-                try:
-                    decoded = self.decoding.record(self.topic, record_tuple(message))
-                except Waiting as waiting:
-                    offset = message.offset() or 0
-                    log.info("history of %s[%d] waits at offset %d: %s", self.topic, partition, offset, waiting)
-                    self.consumer.seek(TopicPartition(self.topic, partition, offset))
-                    self.quiet_until = time.monotonic() + RETRY_S
-                    stopped.add(partition)
-                    continue
-                if decoded is not None:
-                    records.append(decoded)
+                fetched.append(record_tuple(message))
             elif error.code() == KafkaError._PARTITION_EOF:
-                eof.append((partition, message.offset() or 0))
+                eof.append((message.partition() or 0, message.offset() or 0))
             else:
                 log.warning("kafka: %s", error.str())
+        if not fetched or not self.decoding.decodes(self.topic):
+            return fetched, eof
+        stopped: set[int] = set()  # partitions waiting at a record: what follows it is read again later
+        for record, result in zip(fetched, self.decoding.decode(self.topic, fetched), strict=True):
+            partition = record[0]
+            if partition in stopped:
+                continue
+            if isinstance(result, tuple):
+                records.append(result)
+            elif isinstance(result, str | bool):  # waits for its registry, or was not tried: read it again
+                if isinstance(result, str):
+                    log.info("history of %s[%d] waits at offset %d: %s", self.topic, partition, record[1], result)
+                    self.quiet_until = time.monotonic() + RETRY_S
+                self.consumer.seek(TopicPartition(self.topic, partition, record[1]))
+                stopped.add(partition)
+        eof = [(partition, end) for partition, end in eof if partition not in stopped]
         return records, eof

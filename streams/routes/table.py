@@ -31,7 +31,8 @@ from django.db import DatabaseError, close_old_connections
 
 from bindings.changes import CHANGES_GROUP
 from bindings.selectors import GuardSpec, RouteSpec, catalog_specs, route_specs, topic_model_specs
-from streams.kafka.decoding import Models
+from streams.codecs.schemas import Limits
+from streams.kafka.decoding import Budgets, Models
 from streams.routes.listen import listen
 from streams.routes.matching import CompiledRoute, Match, compile_routes, match_all, path_segments
 
@@ -42,8 +43,11 @@ DATABASE_RETRY_S = 1.0
 
 
 def load_models() -> Models:
-    """The catalogs and topic models records are decoded with (docs/schemas.md), as the control plane keeps them."""
-    return Models.of(catalog_specs(), topic_model_specs())
+    """The catalogs and topic models records are decoded with (docs/schemas.md), as the control plane keeps them,
+    with the bounds of the settings `DECODE_*`."""
+    limits = Limits(settings.DECODE_MAX_BYTES, settings.DECODE_MAX_ITEMS, settings.DECODE_MAX_DEPTH)
+    budgets = Budgets(settings.DECODE_BUDGET_MS, settings.DECODE_MEMORY_MB)
+    return Models.of(catalog_specs(), topic_model_specs(), limits, budgets)
 
 
 def _load() -> tuple[tuple[RouteSpec, ...], Models]:
