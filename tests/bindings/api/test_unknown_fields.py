@@ -1,9 +1,8 @@
 """Every write of the API refuses a field it does not know, at every nesting level, with its path and the field
 meant; a GET's body written back (read-only fields and all) is still accepted and changes nothing.
 
-`MISSPELT` holds one misspelling per shape of `bindings.shapes`; a shape added without one fails
-`test_it_covers_every_shape`. The importers' tests read the same list (`tests/bindings/zilla`,
-`tests/bindings/asyncapi`).
+`MISSPELT` holds one misspelling per shape of `bindings.shapes` (`tests.support.shapes`, the list the importers'
+tests check too); a shape added without one fails `test_it_covers_every_shape`.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from bindings import shapes
 from bindings.models import Change
 from bindings.services import do_put_catalog, do_put_guard, do_put_route, do_put_topic_model, do_revoke
 from tests.support.jwt_keys import guard_fields, public_jwk
+from tests.support.shapes import MEANT, writable_shapes
 
 pytestmark = pytest.mark.django_db
 
@@ -103,15 +103,7 @@ def everything(api: Client) -> dict[str, Any]:
 
 
 def test_it_covers_every_shape() -> None:
-    writable = {
-        shape
-        for shape in vars(shapes).values()
-        if isinstance(shape, type)
-        and issubclass(shape, shapes.Shape)
-        and shape is not shapes.Shape
-        and any(not field.read_only for field in shape().fields.values())
-    }
-    assert set(MISSPELT) == writable
+    assert set(MISSPELT) == writable_shapes()
 
 
 @pytest.mark.parametrize("shape", MISSPELT, ids=lambda shape: shape.__name__)
@@ -126,7 +118,7 @@ def test_it_refuses_a_misspelt_field_with_its_path_and_writes_nothing(
     assert response.status_code == 400, response.content
     assert response["content-type"] == "application/problem+json"
     problem = response.json()
-    assert problem["errors"] == {where: [f"Unknown field; did you mean `{meant}`?"]}
+    assert problem["errors"] == {where: [MEANT.format(meant)]}
     assert where in problem["detail"]
     assert f"did you mean `{meant}`?" in problem["detail"]
     assert everything(api) == before
@@ -139,8 +131,8 @@ def test_the_route_typo_is_refused_and_nothing_is_served(api: Client) -> None:
     response = api.put("/api/v1/routes/typo/", body, content_type="application/json")
     assert response.status_code == 400, response.content
     assert response.json()["errors"] == {
-        "gaurded": ["Unknown field; did you mean `guarded`?"],
-        "filter": ["Unknown field; did you mean `filters`?"],
+        "gaurded": [MEANT.format("guarded")],
+        "filter": [MEANT.format("filters")],
     }
     assert api.get("/api/v1/routes/typo/").status_code == 404
 
