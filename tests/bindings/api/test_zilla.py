@@ -98,7 +98,7 @@ def test_prune_deletes_routes_the_file_does_not_have(admin: Client) -> None:
         (ZILLA_YAML.replace("          topic: items-snapshots\n", "", 1), f"{PROXY}.routes[0].with.topic"),
         (
             ZILLA_YAML.replace("          event:\n", "          colour: red\n          event:\n", 1),
-            f"{PROXY}.routes[0].with",
+            f"{PROXY}.routes[0].with.colour",
         ),
         (ZILLA_YAML.replace("- path: /items\n", "- path: items\n", 1), f"{PROXY}.routes[0].when[0].path"),
         (ZILLA_YAML.replace("${params.topic}", "${params.nope}"), f"{PROXY}.routes[1].with.topic"),
