@@ -134,6 +134,24 @@ def test_a_body_that_holds_no_yaml_is_a_400(admin: Client, data: bytes, content_
     assert response.json()["status"] == 400
 
 
+@pytest.mark.parametrize(
+    ("body", "errors"),
+    [
+        ({"yml": ZILLA_YAML}, {"yml": ["Unknown field; did you mean `yaml`?"]}),
+        ({"yaml": ZILLA_YAML, "prune": True}, {"prune": ["Unknown field; known: yaml."]}),
+    ],
+    ids=["misspelt", "a-query-in-the-body"],
+)
+def test_a_json_body_holds_the_yaml_and_nothing_else(
+    admin: Client, body: dict[str, Any], errors: dict[str, list[str]]
+) -> None:
+    do_put_route(name="manual", path="/manual", topic="manual")
+    response = admin.post(IMPORT, data=json.dumps(body), content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"] == errors
+    assert list(Route.objects.values_list("name", flat=True)) == ["manual"]
+
+
 LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8)
 )
