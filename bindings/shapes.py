@@ -1,19 +1,23 @@
 """The JSON form of each configuration object, declared once: route, filter, endpoint, guard, revocation, catalog
 and topic model.
 
-A shape says which keys an object has and what type each value is; what the values mean (a topic Kafka accepts, a
-path pattern, a key that is public) is the model's `clean()`. `bindings.services` checks every write against
-its shape and then its model, so the API, the admin, both importers and the shell get the same answers; the API's
-serializers are these shapes (so the OpenAPI schema documents them) and leave the checking to the services.
+A shape says which keys an object has and what type each value is, and refuses any other key (`Shape`): a typo
+is named, never dropped. What the values mean (a topic Kafka accepts, a path pattern, a key that is public) is the
+model's `clean()`. `bindings.services` checks every write against its shape and then its model, so the API, the
+admin, both importers and the shell get the same answers; the API's serializers are these shapes (so the OpenAPI
+schema documents them) and leave the checking to the services.
 
-`problems(shape, data, prefix)` runs a shape and names each bad key the way the services do (`filters[0].key`,
-`cors_origins[1]`), for a `ValidationError` whose `message_dict` the API and the importers place.
+`unknown_keys` words the refusal of a key, for the importers too, so a misspelt key reads the same from the API, a
+zilla.yaml or an AsyncAPI document. `problems(shape, prefix)` runs a shape and names each bad key the way the
+services do (`filters[0].key`, `cors_origins[1]`, `filters[0].kee`), for a `ValidationError` whose
+`message_dict` the API and the importers place.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from drf_spectacular.utils import extend_schema_field
@@ -60,26 +64,45 @@ class JsonObject(serializers.DictField):
         return value
 
 
-class ClosedShape(serializers.Serializer[Any]):
-    """An object of the declared keys only: another key is refused, naming the known ones."""
+def unknown_keys(given: Iterable[object], known: Sequence[str]) -> Errors:
+    """Each key of `given` that `known` lacks -> why it is refused: the known key it is closest to, if one is
+    ("did you mean `guarded`?"), else every known key. The API's shapes and both importers refuse unknown keys with
+    these messages, each under its own key, so a typo is named where it is (`filters[0].kee`)."""
+    found: Errors = {}
+    for key in given:
+        name = str(key)
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean `{close[0]}`?" if close else f"known: {', '.join(known)}."
+        found[name] = [f"Unknown field; {hint}"]
+    return found
 
-    noun = "object"
+
+class Shape(serializers.Serializer[Any]):
+    """An object of the declared fields only: another is refused under its own name (a typo of `guarded` would
+    otherwise be dropped, and the route served to anyone). Read-only fields are declared, so a GET's body is
+    accepted back; DRF ignores their values."""
 
     def to_internal_value(self, data: Any) -> Any:
+        unknown: Errors = {}
         if isinstance(data, Mapping):
-            unknown = sorted(str(key) for key in data if key not in self.fields)
-            if unknown:
-                *others, last = list(self.fields)
-                known = f"{', '.join(others)} and {last}" if others else last
-                message = f"Unknown {self.noun} field {', '.join(unknown)}: a {self.noun} has {known}."
-                raise serializers.ValidationError({api_settings.NON_FIELD_ERRORS_KEY: [message]})
-        return super().to_internal_value(data)
+            writable = [name for name, field in self.fields.items() if not field.read_only]
+            unknown = unknown_keys((key for key in data if key not in self.fields), writable)
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if unknown and isinstance(exc.detail, Mapping):  # every problem of the object at once
+                raise serializers.ValidationError({**exc.detail, **unknown}) from None
+            raise
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return value
 
 
-class FilterValueShape(ClosedShape):
+class FilterValueShape(Shape):
     """A filter's value condition: the JSON value at `path` must equal `equals` (a string, may be templated)."""
 
-    noun = "value"
     # DRF formats this message (with the type it got): braces are doubled.
     default_error_messages: ClassVar[dict[str, StrOrPromise]] = {
         "invalid": 'A value filter is an object, e.g. {{"path": "status", "equals": "open"}}.'
@@ -103,10 +126,9 @@ class FilterValueShape(ClosedShape):
         ref_name = "FilterValue"
 
 
-class FilterShape(ClosedShape):
+class FilterShape(Shape):
     """A route filter: a message passes if its key, every header and the value condition all match."""
 
-    noun = "filter"
     default_error_messages: ClassVar[dict[str, StrOrPromise]] = {
         "invalid": "A filter is an object with a key, headers and/or a value."
     }
@@ -127,7 +149,7 @@ class FilterShape(ClosedShape):
         ref_name = "FilterSpec"  # its name in the OpenAPI schema
 
 
-class RouteShape(serializers.Serializer[Any]):
+class RouteShape(Shape):
     """A route: its name, where it is served, what it reads and how it streams."""
 
     name = serializers.SlugField(max_length=100, required=False)
@@ -150,7 +172,7 @@ class RouteShape(serializers.Serializer[Any]):
     )
 
 
-class EndpointShape(serializers.Serializer[Any]):
+class EndpointShape(Shape):
     """An endpoint: what every stream served under it is told (retry, keep-alive) and which origins may read."""
 
     name = serializers.SlugField(max_length=100, required=False)
@@ -162,7 +184,7 @@ class EndpointShape(serializers.Serializer[Any]):
     max_streams_per_identity = serializers.IntegerField(min_value=0, max_value=MAX_INT, required=False, allow_null=True)
 
 
-class GuardShape(serializers.Serializer[Any]):
+class GuardShape(Shape):
     """A JWT guard: whose tokens it accepts, with which keys, and which claims carry roles and identity."""
 
     name = serializers.SlugField(max_length=100, required=False)
@@ -182,7 +204,7 @@ class GuardShape(serializers.Serializer[Any]):
     )
 
 
-class RevocationShape(serializers.Serializer[Any]):
+class RevocationShape(Shape):
     """A revocation: a guard's tokens of one identity, or one token (`jti`), refused until `until`."""
 
     id = serializers.IntegerField(read_only=True)
@@ -197,10 +219,9 @@ class RevocationShape(serializers.Serializer[Any]):
     created_at = serializers.DateTimeField(read_only=True)
 
 
-class InlineSubjectShape(ClosedShape):
+class InlineSubjectShape(Shape):
     """A subject of an inline catalog, as written: its schema's format and text (a new text is a new version)."""
 
-    noun = "subject"
     default_error_messages: ClassVar[dict[str, StrOrPromise]] = {
         "invalid": 'A subject is an object, e.g. {{"format": "avro", "schema": "..."}}.'
     }
@@ -218,7 +239,7 @@ class InlineSubjectShape(ClosedShape):
         ref_name = "InlineSubject"
 
 
-class InlineSchemaShape(serializers.Serializer[Any]):
+class InlineSchemaShape(Shape):
     """One version of a subject's schema, as the API shows every version an inline catalog keeps."""
 
     subject = serializers.CharField(read_only=True)
@@ -230,7 +251,7 @@ class InlineSchemaShape(serializers.Serializer[Any]):
         ref_name = "InlineSchemaVersion"
 
 
-class CatalogShape(serializers.Serializer[Any]):
+class CatalogShape(Shape):
     """A catalog of schemas: inline (its subjects here) or a Confluent-compatible registry (`url`, `auth`)."""
 
     name = serializers.SlugField(max_length=100, required=False)
@@ -274,10 +295,9 @@ class VersionField(serializers.Field):  # type: ignore[type-arg]
         return value
 
 
-class ModelShape(ClosedShape):
+class ModelShape(Shape):
     """How a topic's keys or values are encoded (Zilla's `model`), and which schema of which catalog reads them."""
 
-    noun = "model"
     default_error_messages: ClassVar[dict[str, StrOrPromise]] = {
         "invalid": 'A model is an object, e.g. {{"model": "avro", "catalog": "schemas"}}.'
     }
@@ -301,7 +321,7 @@ class ModelShape(ClosedShape):
         ref_name = "MessageModel"
 
 
-class TopicModelShape(serializers.Serializer[Any]):
+class TopicModelShape(Shape):
     """The models of the topics `topic` covers (`*` matches any run of characters): key, value, or both."""
 
     topic = Text(max_length=249, required=False, help_text="A Kafka topic name, or a pattern such as orders-*.")

@@ -4,6 +4,7 @@
   them as raw JSON; `RouteSerializerExtension` documents their real shape (`bindings.shapes.FilterShape`, the
   one the services check them with).
 - Every representation carries all its fields: `mark_response_fields_required` says so for response bodies.
+- `close_request_bodies` says that a request body holds the declared fields only (`additionalProperties: false`).
 - `add_problem_responses` documents the problem bodies (`bindings.api.problems`) each operation can answer, and the
   201 of a `PUT` that creates.
 
@@ -77,6 +78,24 @@ def mark_response_fields_required(result: dict[str, Any], **kwargs: Any) -> dict
         if name.endswith("Request") or "properties" not in schema:
             continue
         schema["required"] = list(schema["properties"])
+    return result
+
+
+READ_ONLY_BACK = "Read-only: accepted back as a GET shows it (a round trip), and ignored."
+
+
+def close_request_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """Request components say `additionalProperties: false`: every shape refuses a field it does not know
+    (`bindings.shapes.Shape`). The read-only fields of the object's representation are listed too, marked
+    `readOnly`, since a GET's body written back is accepted."""
+    schemas = result.get("components", {}).get("schemas", {})
+    for name, schema in schemas.items():
+        if not name.endswith("Request") or "properties" not in schema:
+            continue
+        shown = schemas.get(name.removeprefix("Patched").removesuffix("Request"), {}).get("properties", {})
+        for field in [field for field in shown if field not in schema["properties"]]:
+            schema["properties"][field] = {"readOnly": True, "description": READ_ONLY_BACK}
+        schema["additionalProperties"] = False
     return result
 
 

@@ -18,6 +18,8 @@ from bindings.models.revocation import Revocation, revocation_representation
 from bindings.services import do_change_revocation, do_delete_revocation, do_revoke
 from bindings.shapes import RevocationShape
 
+FIXED = ("guard", "identity", "jti")  # what a revocation covers, set when it is made
+
 
 class RevocationSerializer(RevocationShape):
     """The revocation shape; `bindings.services` checks the rest (exactly one of identity and jti, a future
@@ -28,10 +30,13 @@ class RevocationSerializer(RevocationShape):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if self.instance is not None:
-            fixed = sorted(field for field in ("guard", "identity", "jti") if field in attrs)
+            # Sent back as they are (a GET's body PATCHed again) they change nothing; another value is refused.
+            shown = revocation_representation(self.instance)
+            fixed = sorted(field for field in FIXED if attrs.get(field, shown[field]) != shown[field])
             if fixed:
                 message = "What a revocation covers is fixed: lift it (DELETE) and make another."
                 raise serializers.ValidationError({field: [message] for field in fixed})
+            attrs = {field: value for field, value in attrs.items() if field not in FIXED}
         elif not self.partial:
             required = {"guard": "A revocation names its guard.", "until": "A revocation needs its end (until)."}
             missing = {field: [message] for field, message in required.items() if field not in attrs}

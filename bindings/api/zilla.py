@@ -27,6 +27,7 @@ from bindings.api.parsers import JSONParser
 from bindings.api.permissions import configuration_permissions, reading, require
 from bindings.api.problems import PROBLEM_CONTENT_TYPE, JsonErrorsView, problem, query_flag, summary
 from bindings.history import Actor
+from bindings.shapes import unknown_keys
 from bindings.zilla.document import ZillaConfigError, do_import_zilla, export_zilla
 
 YAML_CONTENT_TYPE = "application/yaml"
@@ -83,6 +84,13 @@ class YamlTextRenderer(BaseRenderer):
 
 
 _YAML_BODY = dict.fromkeys((YAML_CONTENT_TYPE, "text/yaml", "application/x-yaml"), OpenApiTypes.STR)
+JSON_KEY = "yaml"
+_JSON_BODY = {
+    "type": "object",
+    "properties": {JSON_KEY: {"type": "string", "description": "The zilla.yaml, as text."}},
+    "required": [JSON_KEY],
+    "additionalProperties": False,
+}
 
 
 class ZillaImportView(JsonErrorsView):
@@ -111,13 +119,16 @@ class ZillaImportView(JsonErrorsView):
             OpenApiParameter("dry_run", bool, description="Report what would change; write nothing."),
             OpenApiParameter("prune", bool, description="Also delete the routes the file does not have."),
         ],
-        request={**_YAML_BODY, "text/plain": OpenApiTypes.STR, "application/json": OpenApiTypes.OBJECT},
+        request={**_YAML_BODY, "text/plain": OpenApiTypes.STR, "application/json": _JSON_BODY},
         responses={200: OpenApiTypes.OBJECT},
     )
     def post(self, request: Request) -> Response:
         data = request.data
         if isinstance(data, Mapping):
-            text = data.get("yaml")
+            unknown = unknown_keys(data, [JSON_KEY])  # `prune` or `dry_run` here would be dropped: they are queries
+            if unknown:
+                return _bad_request(unknown)
+            text = data.get(JSON_KEY)
             if not isinstance(text, str):
                 return _bad_request({"yaml": ['Send the zilla.yaml as the body, or as JSON {"yaml": "..."}.']})
         elif isinstance(data, str):

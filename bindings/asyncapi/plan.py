@@ -19,6 +19,7 @@ from bindings.asyncapi.schema import (
     _unique,
 )
 from bindings.patterns import PatternError, parse_path
+from bindings.shapes import unknown_keys
 
 
 @dataclass
@@ -205,11 +206,12 @@ def _secured_channels(document: Mapping[str, Any]) -> dict[str, str]:
 def _route_arguments(extension: Mapping[str, Any], where: str, errors: dict[str, list[str]]) -> dict[str, Any] | None:
     """do_put_route keywords from a channel's `x-sse-kafka` (types checked here, values by do_put_route)."""
     arguments: dict[str, Any] = {}
-    failed = False
+    unknown = unknown_keys(extension, list(_ROUTE_KEYS))
+    for key, messages in unknown.items():
+        errors.setdefault(f"{where}.{key}", []).extend(messages)
+    failed = bool(unknown)
     for key, value in extension.items():
         if key not in _ROUTE_KEYS:
-            _add(errors, f"{where}.{key}", f"Unknown key: {EXTENSION} has {', '.join(_ROUTE_KEYS)}.")
-            failed = True
             continue
         argument, kind, described = _ROUTE_KEYS[key]
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -235,8 +237,8 @@ def _plan_named(extension: object, errors: dict[str, list[str]]) -> dict[str, di
     if not isinstance(extension, Mapping):
         _add(errors, EXTENSION, f"`{EXTENSION}` is an object with guards and endpoints.")
         return {}
-    for unknown in sorted(set(extension) - set(_NAMED)):
-        _add(errors, f"{EXTENSION}.{unknown}", f"Unknown key: {EXTENSION} has {', '.join(_NAMED)}.")
+    for unknown, messages in unknown_keys(extension, list(_NAMED)).items():
+        errors.setdefault(f"{EXTENSION}.{unknown}", []).extend(messages)
     planned: dict[str, dict[str, dict[str, Any]]] = {}
     for kind, (singular, keys, required) in _NAMED.items():
         where = f"{EXTENSION}.{kind}"
@@ -252,9 +254,10 @@ def _plan_named(extension: object, errors: dict[str, list[str]]) -> dict[str, di
             for key in required:
                 if key not in settings:
                     _add(errors, f"{where}.{name}.{key}", f"A {singular} needs `{key}`.")
+            for key, messages in unknown_keys(settings, list(keys)).items():
+                errors.setdefault(f"{where}.{name}.{key}", []).extend(messages)
             for key, value in settings.items():
                 if key not in keys:
-                    _add(errors, f"{where}.{name}.{key}", f"Unknown key: a {singular} has {', '.join(keys)}.")
                     continue
                 argument, kind_of_value, described = keys[key]
                 if not isinstance(value, kind_of_value) or (kind_of_value is int and isinstance(value, bool)):

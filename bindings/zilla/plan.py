@@ -14,6 +14,7 @@ from bindings.models import (
     EVENT_ID_ETAG,
     EVENT_ID_KEY_AND_ETAG,
 )
+from bindings.shapes import unknown_keys
 
 KAFKA_EXIT = "kafka_cache_client"
 MAX_NAME = 100  # the models' SlugField length
@@ -91,9 +92,11 @@ def slug(name: str) -> str:
 
 
 def _unknown(plan: _Plan, where: str, given: Mapping[Any, Any], allowed: frozenset[str]) -> None:
-    unknown = sorted(str(key) for key in given if key not in allowed)
-    if unknown:
-        plan.error(where, f"Unknown key {', '.join(unknown)}; known: {', '.join(sorted(allowed))}.")
+    """Each key of `given` that `allowed` lacks, refused under its own place (`<where>.<key>`) as the API refuses
+    an unknown field."""
+    for key, messages in unknown_keys(given, sorted(allowed)).items():
+        for message in messages:
+            plan.error(f"{where}.{key}" if where else key, message)
 
 
 def _int(plan: _Plan, where: str, value: Any) -> int | None:

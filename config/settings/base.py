@@ -167,6 +167,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "bindings.api.openapi.mark_response_fields_required",
+        "bindings.api.openapi.close_request_bodies",
         "bindings.api.openapi.add_problem_responses",
     ],
 }

@@ -114,6 +114,23 @@ def test_the_api_revokes_shows_moves_and_lifts(api: Client, guard: str) -> None:
     assert api.get("/api/v1/changes/?kind=revocation").json()["count"] == 3
 
 
+def test_the_api_takes_a_revocations_body_back_with_what_it_covers_unchanged(api: Client, guard: str) -> None:
+    """A GET's body PATCHed again (a round trip) changes nothing: what it covers may be sent back as it is."""
+    created = api.post(
+        "/api/v1/revocations/",
+        {"guard": guard, "jti": "t-1", "until": later().isoformat(), "reason": "leaked"},
+        content_type="application/json",
+    ).json()
+    url = f"/api/v1/revocations/{created['id']}/"
+    reworded = api.patch(url, {**created, "reason": "token leaked"}, content_type="application/json")
+    assert reworded.status_code == 200, reworded.content
+    assert reworded.json() == {**created, "reason": "token leaked"}
+    moved = api.patch(url, {**created, "jti": "t-2"}, content_type="application/json")
+    assert moved.status_code == 400
+    assert list(moved.json()["errors"]) == ["jti"]
+    assert Revocation.objects.get().jti == "t-1"
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

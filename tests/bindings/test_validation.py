@@ -177,7 +177,7 @@ def test_a_path_lacking_params_of_several_templates_names_them_all() -> None:
         ("key", {"filters[0]": ["A filter is an object with a key, headers and/or a value."]}),
         (
             {"key": "k", "other": 1},
-            {"filters[0]": ["Unknown filter field other: a filter has key, headers and value."]},
+            {"filters[0].other": ["Unknown field; known: key, headers, value."]},
         ),
         ({"key": 1}, "filters[0].key"),
         ({"key": "${params.id}"}, {"filters[0].key": ["${params.id} is not declared by the path pattern /items."]}),

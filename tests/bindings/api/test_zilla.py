@@ -98,7 +98,7 @@ def test_prune_deletes_routes_the_file_does_not_have(admin: Client) -> None:
         (ZILLA_YAML.replace("          topic: items-snapshots\n", "", 1), f"{PROXY}.routes[0].with.topic"),
         (
             ZILLA_YAML.replace("          event:\n", "          colour: red\n          event:\n", 1),
-            f"{PROXY}.routes[0].with",
+            f"{PROXY}.routes[0].with.colour",
         ),
         (ZILLA_YAML.replace("- path: /items\n", "- path: items\n", 1), f"{PROXY}.routes[0].when[0].path"),
         (ZILLA_YAML.replace("${params.topic}", "${params.nope}"), f"{PROXY}.routes[1].with.topic"),
@@ -132,6 +132,24 @@ def test_a_body_that_holds_no_yaml_is_a_400(admin: Client, data: bytes, content_
     response = admin.post(IMPORT, data=data, content_type=content_type)
     assert response.status_code == 400, response.content
     assert response.json()["status"] == 400
+
+
+@pytest.mark.parametrize(
+    ("body", "errors"),
+    [
+        ({"yml": ZILLA_YAML}, {"yml": ["Unknown field; did you mean `yaml`?"]}),
+        ({"yaml": ZILLA_YAML, "prune": True}, {"prune": ["Unknown field; known: yaml."]}),
+    ],
+    ids=["misspelt", "a-query-in-the-body"],
+)
+def test_a_json_body_holds_the_yaml_and_nothing_else(
+    admin: Client, body: dict[str, Any], errors: dict[str, list[str]]
+) -> None:
+    do_put_route(name="manual", path="/manual", topic="manual")
+    response = admin.post(IMPORT, data=json.dumps(body), content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"] == errors
+    assert list(Route.objects.values_list("name", flat=True)) == ["manual"]
 
 
 LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(

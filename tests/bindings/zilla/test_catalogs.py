@@ -203,7 +203,7 @@ TOPIC_ENTRY = "- strategy: topic\n                  version: latest"
          "bindings.north_kafka_cache_client.options.topics[0].value.view"),
         (TOPIC_ENTRY, f"{TOPIC_ENTRY}\n                - id: 3",
          "bindings.north_kafka_cache_client.options.topics[0].value.catalog"),
-        ("type: karapace", "type: karapace\n    colour: red", "catalogs.registry"),
+        ("type: karapace", "type: karapace\n    colour: red", "catalogs.registry.colour"),
         ("url: http://karapace:8081", "url: 5", "catalogs.registry.options.url"),
     ],
 )  # fmt: skip

@@ -204,7 +204,7 @@ UNKNOWN_GUARD = ZILLA_YAML.replace("      - when:\n          - path: /items\n", 
     [
         (NO_TOPIC, f"{PROXY}.routes[0].with.topic", "`with.topic` is required"),
         (NO_PATH, f"{PROXY}.routes[0].when", "paths"),
-        (UNKNOWN_KEY, f"{PROXY}.routes[0].with", "Unknown key guarded_by"),
+        (UNKNOWN_KEY, f"{PROXY}.routes[0].with.guarded_by", "Unknown field; known: caught_up, event"),
         (BAD_EVENT_ID, f"{PROXY}.routes[0].with.event.id", "not '${key}'"),
         (BAD_PATTERN, f"{PROXY}.routes[0].when[0].path", "{name}"),
         (BAD_HEADER, f"{PROXY}.routes[1].with.filters[0].headers", "'tag'"),
@@ -260,7 +260,7 @@ def test_validation_errors_roll_back_the_routes_that_were_valid() -> None:
         ("bindings: [", "yaml"),
         ("just text", "yaml"),
         ("bindings:\n  x:\n    type: tcp\n", "bindings"),
-        ("bindings: {}\nextras: 1\n", ""),
+        ("bindings: {}\nextras: 1\n", "extras"),
     ],
 )
 def test_a_file_that_is_no_zilla_config_is_refused(text: str, where: str) -> None:
@@ -372,7 +372,7 @@ def test_keys_in_standard_base64_are_stored_as_base64url_and_verify_tokens() -> 
         ({"keys": 7}, "guards.authn_jwt.options.keys"),
         ({"challenge": "soon"}, "guards.authn_jwt.options.challenge"),
         ({"roles": "a..b"}, "guards.authn_jwt.options.roles"),
-        ({"algorithm": "RS256"}, "guards.authn_jwt.options"),
+        ({"algorithm": "RS256"}, "guards.authn_jwt.options.algorithm"),
     ],
     ids=["issuer", "symmetric-key", "keys-shape", "challenge", "roles-path", "unknown-option"],
 )
