@@ -104,6 +104,8 @@ AXES_LOCKOUT_TEMPLATE = "admin/lockout.html"
 # The addresses (or networks, `10.0.0.0/8`) of the proxies in front whose forwarded headers count: only from one
 # of them, and only on the plain port, does daphne's --proxy-headers choose the client address the limits and the
 # sign-in lockout key on (streams/server/forwarded.py). Empty: none. From anyone else the headers are dropped.
+# The address is counted as every per-address limit counts it: an IPv6 one by its prefix (SSE_CLIENT_IPV6_PREFIX).
+AXES_CLIENT_IP_CALLABLE = "streams.server.addresses.lockout_address"
 TRUSTED_PROXIES = tuple(envlist("TRUSTED_PROXIES", ["127.0.0.1"]))
 for _proxy in TRUSTED_PROXIES:
     try:

@@ -85,6 +85,10 @@ SSE_MAX_CONNECTIONS_PER_CLIENT = envint("SSE_MAX_CONNECTIONS_PER_CLIENT", defaul
 SSE_LIMIT_RETRY_AFTER_S = envint("SSE_LIMIT_RETRY_AFTER_S", default=5, minimum=1, maximum=3600)
 # Challenge responses one identity (or, without a valid token, one address) may send per minute (0: no limit).
 SSE_MAX_CHALLENGE_RESPONSES_PER_MIN = envint("SSE_MAX_CHALLENGE_RESPONSES_PER_MIN", default=60, minimum=0)
+# Every per-address limit (the three above and below, and the admin's sign-in lockout) counts an IPv6 client by its
+# prefix of this many bits, as one client holds a /64 at least and may use a new address for every connection
+# (streams/server/addresses.py). 128: each address on its own.
+SSE_CLIENT_IPV6_PREFIX = envint("SSE_CLIENT_IPV6_PREFIX", default=64, minimum=32, maximum=128)
 # A request for a path no route matches reads the route table again (a route may have been added a moment ago);
 # such reads happen at most this often per process, requests in between waiting for the next one.
 SSE_UNKNOWN_PATH_RELOAD_MS = envint("SSE_UNKNOWN_PATH_RELOAD_MS", default=500, minimum=0, maximum=60_000)

@@ -9,6 +9,9 @@ An identity is a guard's and an identity claim's value together: two guards (two
 name a user "alice" name two users, each with a quota. A valid token without an identity claim counts as its own
 identity (by its digest), so it is limited like any other rather than not at all.
 
+A client address is counted as `client_key` gives it (streams/server/addresses.py): an IPv6 address by its prefix,
+an IPv4-mapped one as IPv4.
+
 Each refusal is a problem response with `retry-after`, counted in the metrics and the delivery log under its
 reason. Counts are per process: with N workers behind one socket, a client may hold up to N times its limit.
 """
@@ -24,6 +27,7 @@ from django.conf import settings
 
 from bindings.selectors import EndpointSpec, RouteSpec
 from streams.access.guards import Grant
+from streams.server.addresses import client_key
 
 RATE_WINDOW_S = 60.0
 RATE_KEYS_KEPT = 10_000  # past this many keys, those idle for a window are forgotten
@@ -59,14 +63,14 @@ class StreamLimits:
         self.by_identity: Counter[tuple[str, ...]] = Counter()  # (endpoint, guard, holder) -> streams
 
     def admit(self, endpoint: EndpointSpec, client: str, identity: tuple[str, str] | None) -> Ticket | LimitReached:
-        """Count a stream about to open, or say which limit it would pass. `identity`: (guard, holder), from
-        `identity_of`."""
+        """Count a stream about to open, or say which limit it would pass. `client`: its address; `identity`:
+        (guard, holder), from `identity_of`."""
         retry = settings.SSE_LIMIT_RETRY_AFTER_S
         if settings.SSE_MAX_STREAMS and self.open >= settings.SSE_MAX_STREAMS:
             detail = f"This server holds its maximum of {settings.SSE_MAX_STREAMS} streams; retry in a moment."
             return LimitReached(503, "Server busy", detail, "max_streams", retry)
         per_client = _limit(endpoint.max_streams_per_client, settings.SSE_MAX_STREAMS_PER_CLIENT)
-        by_client = (endpoint.name, client)
+        by_client = (endpoint.name, client_key(client))
         if per_client and self.by_client[by_client] >= per_client:
             detail = f"This client address has {per_client} streams open on this endpoint, its maximum."
             return LimitReached(429, "Too many streams", detail, "max_streams_per_client", retry)
