@@ -6,5 +6,6 @@ socket handed to a worker), `forwarded` (the client address: forwarded headers o
 `python -m streams.server` runs it (`__main__`).
 
 Imports nothing of `streams` but itself (one stream imports its flow control), `config.logs`, and Django's
-settings (`TRUSTED_PROXIES`), which daphne has loaded with the application by the time the server is built.
+settings (`TRUSTED_PROXIES`, `SSE_CLIENT_IPV6_PREFIX`, the body bounds), which daphne has loaded with the
+application by the time the server is built.
 """
