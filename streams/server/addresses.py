@@ -13,8 +13,9 @@ streams/edge/side_requests.py), and the admin's sign-in lockout (`lockout_addres
   RFC 7239's `for="[2001:db8::1]:4711"`), a new port per connection: ports, brackets and quotes are stripped
   (`host_of`, which streams/server/forwarded.py also reads forwarded entries with).
 
-What is not an address (`unknown`, a proxy's obfuscated `_hidden`) is its own key, as written. Both functions are
-pure and cached (a stream's open asks once, a proxy's every request once per entry).
+What is not an address (`unknown`, a proxy's obfuscated `_hidden`, anything longer than `ADDRESS_CHARS`) is its own
+key, as written. The functions are pure; what they read is cached (a connection and a stream's open ask once, a
+proxy's request once per forwarded entry), up to `CACHED` entries of `ADDRESS_CHARS` at most.
 """
 
 from __future__ import annotations
@@ -27,11 +28,18 @@ from django.conf import settings
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 CACHED = 4096  # addresses whose parse and key are remembered (least recently used forgotten first)
+# The longest entry read as an address: `"[` IPv6 (45 characters with an IPv4 tail) `%zone]:65535"`. A longer one,
+# which a client may write into a forwarded header, is no address, and never cached.
+ADDRESS_CHARS = 72
+
+
+def parse_address(entry: str) -> IPAddress | None:
+    """The address in `entry` (a peer's host or a forwarded entry), IPv4-mapped IPv6 as IPv4; None if none."""
+    return None if len(entry) > ADDRESS_CHARS else _parse(entry)
 
 
 @functools.lru_cache(maxsize=CACHED)
-def parse_address(entry: str) -> IPAddress | None:
-    """The address in `entry` (a peer's host or a forwarded entry), IPv4-mapped IPv6 as IPv4; None if none."""
+def _parse(entry: str) -> IPAddress | None:
     text = entry.strip().strip('"').strip()
     if text.startswith("["):  # `[v6]` or `[v6]:port`
         text = text[1:].partition("]")[0]
@@ -58,6 +66,8 @@ def client_key(address: str) -> str:
     """The key every per-address limit counts `address` under (the module's docstring says which)."""
     # Asked at every connection and every stream's open: the setting (a lookup through Django's lazy settings, as
     # long as the rest) is read only for IPv6 addresses, whose key it changes.
+    if len(address) > ADDRESS_CHARS:
+        return address.strip()
     key = _settled_key(address)
     return _ipv6_key(address, settings.SSE_CLIENT_IPV6_PREFIX) if key is None else key
 

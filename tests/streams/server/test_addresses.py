@@ -33,6 +33,7 @@ from streams.server.peers import CountedFactory, PeerConnections
         ("2001:db8:1:3::1", "2001:db8:1:3::"),  # the next /64: another client
         ("unknown", "unknown"),  # no address: its own key, as written
         ("", ""),
+        ("1" * 100, "1" * 100),
     ],
 )
 def test_it_keys_an_address_however_it_is_written(written: str, key: str) -> None:
@@ -51,6 +52,7 @@ def test_the_address_of_an_entry_keeps_its_ipv6_address_whole() -> None:
     assert host_of("198.51.100.1:4711") == "198.51.100.1"
     assert host_of("::ffff:198.51.100.1") == "198.51.100.1"
     assert host_of(" not-an-address ") == "not-an-address"
+    assert host_of(f"[2001:db8:1:2::1%{'x' * 100}]:4711") == f"[2001:db8:1:2::1%{'x' * 100}]:4711"  # too long
 
 
 def test_the_sign_in_lockout_counts_an_address_as_the_limits_do() -> None:
