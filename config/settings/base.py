@@ -76,6 +76,10 @@ TEMPLATES = [
 DATABASES = {"default": database_from_url("DATABASE_URL", envstr("DATABASE_URL"))}
 # The largest request body the API and the admin read (an API request past it is a 413 problem).
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("API_MAX_BODY_BYTES", default=2_621_440, minimum=1024)
+# Request body bytes one web process holds at once, all requests together, from their arrival (a declared
+# Content-Length counts whole at once) until the response ends; past it a new body is refused with a 503
+# (streams/server/bodies.py). At least one body of the largest size must fit.
+HTTP_BODIES_MAX_BYTES = envint("HTTP_BODIES_MAX_BYTES", default=64 * 1024 * 1024, minimum=DATA_UPLOAD_MAX_MEMORY_SIZE)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -100,6 +104,8 @@ AXES_COOLOFF_TIME = timedelta(minutes=envint("LOGIN_LOCKOUT_MINUTES", 15, minimu
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "admin/lockout.html"
+# The address is counted as every per-address limit counts it: an IPv6 one by its prefix (SSE_CLIENT_IPV6_PREFIX).
+AXES_CLIENT_IP_CALLABLE = "streams.server.addresses.lockout_address"
 
 # The addresses (or networks, `10.0.0.0/8`) of the proxies in front whose forwarded headers count: only from one
 # of them, and only on the plain port, does daphne's --proxy-headers choose the client address the limits and the

@@ -12,6 +12,9 @@ SSE_RESERVED_PREFIXES = tuple(envlist("SSE_RESERVED_PREFIXES", ["/admin/", "/ana
 # (streams/server/deadlines.py). Bytes trickling in do not extend either; a stream in flight is never "idle".
 HTTP_HEADER_TIMEOUT_S = envint("HTTP_HEADER_TIMEOUT_S", default=15, minimum=1, maximum=3600)
 HTTP_IDLE_TIMEOUT_S = envint("HTTP_IDLE_TIMEOUT_S", default=60, minimum=1, maximum=3600)
+# A request's body must be complete this long after its headers, or the request is refused (408) and what arrived
+# of it dropped (streams/server/bodies.py); trickled bytes do not extend it.
+HTTP_BODY_TIMEOUT_S = envint("HTTP_BODY_TIMEOUT_S", default=30, minimum=1, maximum=3600)
 
 # The per-process cache of recent records, shared by every stream of the process.
 SSE_CACHE_MAX_BYTES = envint("SSE_CACHE_MAX_BYTES", default=256 * 1024 * 1024, minimum=1024 * 1024)
@@ -82,6 +85,10 @@ SSE_MAX_STREAMS_PER_IDENTITY = envint("SSE_MAX_STREAMS_PER_IDENTITY", default=0,
 # Connections one client address (the socket's peer: a proxy is one address) may hold open in one process (0: no
 # limit); past it a connection is closed as soon as it is accepted. HTTP/2 gives each connection up to 100 streams.
 SSE_MAX_CONNECTIONS_PER_CLIENT = envint("SSE_MAX_CONNECTIONS_PER_CLIENT", default=100, minimum=0)
+# Every per-address limit (the three above and below, and the admin's sign-in lockout) counts an IPv6 client by its
+# prefix of this many bits, as one client holds a /64 at least and may use a new address for every connection
+# (streams/server/addresses.py). 128: each address on its own.
+SSE_CLIENT_IPV6_PREFIX = envint("SSE_CLIENT_IPV6_PREFIX", default=64, minimum=32, maximum=128)
 SSE_LIMIT_RETRY_AFTER_S = envint("SSE_LIMIT_RETRY_AFTER_S", default=5, minimum=1, maximum=3600)
 # Challenge responses one identity (or, without a valid token, one address) may send per minute (0: no limit).
 SSE_MAX_CHALLENGE_RESPONSES_PER_MIN = envint("SSE_MAX_CHALLENGE_RESPONSES_PER_MIN", default=60, minimum=0)

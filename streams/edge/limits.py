@@ -9,6 +9,9 @@ An identity is a guard's and an identity claim's value together: two guards (two
 name a user "alice" name two users, each with a quota. A valid token without an identity claim counts as its own
 identity (by its digest), so it is limited like any other rather than not at all.
 
+A client address is counted as `client_key` gives it (streams/server/addresses.py): an IPv6 address by its prefix,
+an IPv4-mapped one as IPv4.
+
 Each refusal is a problem response with `retry-after`, counted in the metrics and the delivery log under its
 reason. Counts are per process: with N workers behind one socket, a client may hold up to N times its limit.
 """
@@ -16,7 +19,7 @@ reason. Counts are per process: with N workers behind one socket, a client may h
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -24,9 +27,9 @@ from django.conf import settings
 
 from bindings.selectors import EndpointSpec, RouteSpec
 from streams.access.guards import Grant
+from streams.server.addresses import client_key
 
 RATE_WINDOW_S = 60.0
-RATE_KEYS_KEPT = 10_000  # past this many keys, those idle for a window are forgotten
 
 
 @dataclass(frozen=True)
@@ -59,14 +62,14 @@ class StreamLimits:
         self.by_identity: Counter[tuple[str, ...]] = Counter()  # (endpoint, guard, holder) -> streams
 
     def admit(self, endpoint: EndpointSpec, client: str, identity: tuple[str, str] | None) -> Ticket | LimitReached:
-        """Count a stream about to open, or say which limit it would pass. `identity`: (guard, holder), from
-        `identity_of`."""
+        """Count a stream about to open, or say which limit it would pass. `client`: its address; `identity`:
+        (guard, holder), from `identity_of`."""
         retry = settings.SSE_LIMIT_RETRY_AFTER_S
         if settings.SSE_MAX_STREAMS and self.open >= settings.SSE_MAX_STREAMS:
             detail = f"This server holds its maximum of {settings.SSE_MAX_STREAMS} streams; retry in a moment."
             return LimitReached(503, "Server busy", detail, "max_streams", retry)
         per_client = _limit(endpoint.max_streams_per_client, settings.SSE_MAX_STREAMS_PER_CLIENT)
-        by_client = (endpoint.name, client)
+        by_client = (endpoint.name, client_key(client))
         if per_client and self.by_client[by_client] >= per_client:
             detail = f"This client address has {per_client} streams open on this endpoint, its maximum."
             return LimitReached(429, "Too many streams", detail, "max_streams_per_client", retry)
@@ -91,11 +94,17 @@ class StreamLimits:
 
 
 class RateLimit:
-    """At most `settings.<name>` events per key in any RATE_WINDOW_S (a sliding window of timestamps)."""
+    """At most `settings.<name>` events per key in any RATE_WINDOW_S (a sliding window of timestamps).
+
+    Keys are kept in the order of their last counted event (`seen`, oldest first). A key whose last event is a
+    window old has nothing left to count: such keys are forgotten from the front, so a call does constant work
+    amortised (a key is forgotten once for each time it was added) whatever the number of keys, and the keys kept
+    are those of the last window.
+    """
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.seen: dict[str, deque[float]] = {}
+        self.seen: OrderedDict[str, deque[float]] = OrderedDict()
 
     def take(self, key: str, now: float | None = None) -> float:
         """Count one event for `key`; 0 if allowed, else the seconds until one would be."""
@@ -103,19 +112,25 @@ class RateLimit:
         if not limit:
             return 0.0
         now = time.monotonic() if now is None else now
-        stamps = self.seen.setdefault(key, deque())
+        self._forget_idle(now)
+        stamps = self.seen.get(key)
+        if stamps is None:
+            stamps = self.seen[key] = deque()
         while stamps and now - stamps[0] >= RATE_WINDOW_S:
             stamps.popleft()
         if len(stamps) >= limit:
             return RATE_WINDOW_S - (now - stamps[0])
         stamps.append(now)
-        self._forget_idle(now)
+        self.seen.move_to_end(key)  # keeps `seen` in the order of last events
         return 0.0
 
     def _forget_idle(self, now: float) -> None:
-        if len(self.seen) > RATE_KEYS_KEPT:
-            for key in [key for key, stamps in self.seen.items() if not stamps or now - stamps[-1] >= RATE_WINDOW_S]:
-                del self.seen[key]
+        seen = self.seen
+        while seen:
+            key, stamps = next(iter(seen.items()))
+            if stamps and now - stamps[-1] < RATE_WINDOW_S:
+                return  # the oldest last event is recent: so are all the others
+            del seen[key]
 
 
 def _limit(own: int | None, default: int) -> int:

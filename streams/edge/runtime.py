@@ -42,6 +42,7 @@ from streams.kafka.client import ReaderStats
 from streams.kafka.decoding import Models
 from streams.routes.table import OpenStreams, RouteTable
 from streams.server import collector
+from streams.server.bodies import HeldBodies
 from streams.server.peers import PeerStats
 from streams.server.reaping import ServerConnections
 from streams.telemetry.counters import StreamStats
@@ -140,6 +141,7 @@ class Runtime:
             "closed_slow": self.stats.closed_slow,
             "server_connections": ServerConnections.count(),  # streams/server/reaping.py
             "connections_refused": PeerStats.refused,  # past SSE_MAX_CONNECTIONS_PER_CLIENT (streams/server/peers.py)
+            "request_body_bytes_held": HeldBodies.held,  # within HTTP_BODIES_MAX_BYTES (streams/server/bodies.py)
             "historical_readers": ReaderStats.historical_readers,
             "route_reloads": self.routes.reloads,
             "closed_on_change": self.open_streams.closed,

@@ -14,6 +14,7 @@ from streams.access.renewal import CHALLENGE_CONTENT_TYPE
 from streams.codecs.asgi import Receive, Scope, Send, header
 from streams.edge.http import STREAM_METHODS, cors_headers, problem
 from streams.routes.table import RouteTable
+from streams.server.addresses import client_key
 from streams.server.bodies import CHALLENGE_BODY_BYTES
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ async def challenge_response(scope: Scope, receive: Receive, send: Send, path: s
     token = credentials(scope)
     # Only a token one of our guards accepts goes to every process: garbage stays here.
     accepted = None if token is None else await accepted_by_any(routes.guards(), token)
-    client = str((scope.get("client") or ("",))[0])
+    client = client_key(str((scope.get("client") or ("",))[0]))
     # Per guard: two identity providers may both name a user "alice", who are not one user.
     key = f"client:{client}" if accepted is None else f"guard:{accepted[0]}\0{accepted[1].holder}"
     wait = runtime.challenges.take(key)

@@ -8,7 +8,13 @@ connection (HTTP/1.1) or resets the stream (HTTP/2, whose other streams go on). 
 
 The bounds (`body_bound`): a stream path takes no body, except a challenge response (POST), which has none by
 contract but may carry `CHALLENGE_BODY_BYTES`; the paths Django serves (the reserved prefixes but `/-/`) take
-`DATA_UPLOAD_MAX_MEMORY_SIZE`. Whatever is admitted stays in memory: it is bounded.
+`DATA_UPLOAD_MAX_MEMORY_SIZE`. Whatever is admitted stays in memory, so it is bounded in time and in total too:
+
+- a body must be complete `HTTP_BODY_TIMEOUT_S` after its request's headers (a clock trickled bytes do not
+  restart, armed only for a request that has a body); a late one is answered 408 and what came of it dropped;
+- the bodies of all requests of the process together hold at most `HTTP_BODIES_MAX_BYTES` (`HeldBodies`), from
+  their arrival (a declared `Content-Length` counts whole at once, a chunked body as it comes) until the response
+  ends or the client goes; a body that would pass it is refused with a 503 and `retry-after`, not held.
 """
 
 from __future__ import annotations
@@ -47,7 +53,16 @@ CUT = Counter(
 CHANNEL_INTERNALS = ("_command", "_path")  # HTTP/1.1: the request line, known before `gotLength`
 STREAM_INTERNALS = ("_conn", "streamID", "command", "path")
 CONNECTION_INTERNALS = ("conn", "streams", "_tryToWriteControlData", "_requestDone")
-REASONS = {400: b"Bad Request", 413: b"Content Too Large"}
+# How `sse_connections_cut_total` names each refusal of a body.
+CUT_REASONS = {400: "body_not_allowed", 408: "body_timeout", 413: "body_too_large", 503: "bodies_held_full"}
+REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large", 503: b"Service Unavailable"}
+Headers = tuple[tuple[bytes, bytes], ...]
+
+
+class HeldBodies:
+    """Request body bytes the process holds, all requests together (`HTTP_BODIES_MAX_BYTES`; `/-/health`)."""
+
+    held = 0
 
 
 def is_django_path(path: str) -> bool:
@@ -77,13 +92,19 @@ def refusal(bound: int, declared: int | None) -> tuple[int, dict[str, Any]]:
 
 
 class BoundedRequest(WebRequest):  # type: ignore[misc]
-    """daphne's request, refusing a body past its path's bound as soon as the headers or the bytes say so."""
+    """daphne's request, refusing a body past its path's bound as soon as the headers or the bytes say so, a body
+    late past its deadline, and a body the process has no room left for."""
 
     bound: int | None = None  # known once the headers are in
     received = 0
+    held = 0  # body bytes this request counts in `HeldBodies`
     refused = False
+    _body_deadline: Any = None  # an IDelayedCall, while a body is awaited
 
     def gotLength(self, length: int | None) -> None:
+        self._let_go()  # told twice (an HTTP/2 request with two Content-Lengths): the last one counts
+        if self.refused:
+            return
         self.content = io.BytesIO()  # never a temporary file: what is admitted is bounded
         if isinstance(self.channel, H2Stream):
             connection = self.channel._conn
@@ -91,20 +112,71 @@ class BoundedRequest(WebRequest):  # type: ignore[misc]
         method, target = self._method_and_target()
         self.bound = body_bound(method, target)
         if length is not None and length > self.bound:
-            self._refuse(length)
+            self._refuse(*refusal(self.bound, length))
+            return
+        if length == 0:
+            return  # no body follows: nothing to wait for (every stream's GET)
+        if length is not None and not self._hold(length):
+            return
+        self._body_deadline = reactor.callLater(settings.HTTP_BODY_TIMEOUT_S, self._body_late)
 
     def handleContentChunk(self, data: bytes) -> None:
         if self.refused:
             return
         self.received += len(data)
         if self.bound is not None and self.received > self.bound:
-            self._refuse(None)
+            self._refuse(*refusal(self.bound, None))
+            return
+        if self.received > self.held and not self._hold(self.received - self.held):
             return
         self.content.write(data)
 
     def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+        self._stop_body_clock()
         if not self.refused:
             super().requestReceived(command, path, version)
+
+    def finish(self) -> None:
+        self._let_go()
+        super().finish()
+
+    def connectionLost(self, reason: Failure) -> None:
+        self._let_go()
+        super().connectionLost(reason)
+
+    def _hold(self, more: int) -> bool:
+        """Count `more` body bytes in `HeldBodies`, or refuse the request (503) if the process has no room."""
+        most = settings.HTTP_BODIES_MAX_BYTES
+        if HeldBodies.held + more > most:
+            detail = f"This server holds its maximum of {most} bytes of request bodies; retry in a moment."
+            problem = {"type": "about:blank", "title": "Server busy", "status": 503, "detail": detail}
+            retry = b"%d" % settings.SSE_LIMIT_RETRY_AFTER_S
+            self._refuse(503, problem, headers=((b"retry-after", retry),))
+            return False
+        HeldBodies.held += more
+        self.held += more
+        return True
+
+    def _body_late(self) -> None:
+        self._body_deadline = None
+        if self.refused:
+            return
+        seconds = settings.HTTP_BODY_TIMEOUT_S
+        detail = f"The request body was not complete {seconds} s after its headers ({self.received} bytes came)."
+        self._refuse(408, {"type": "about:blank", "title": "Request timeout", "status": 408, "detail": detail})
+
+    def _stop_body_clock(self) -> None:
+        if self._body_deadline is not None:
+            if self._body_deadline.active():
+                self._body_deadline.cancel()
+            self._body_deadline = None
+
+    def _let_go(self) -> None:
+        """Give back what this request holds of the process's bound; its body's clock stops."""
+        self._stop_body_clock()
+        if self.held:
+            HeldBodies.held -= self.held
+            self.held = 0
 
     def _method_and_target(self) -> tuple[bytes, bytes]:
         channel = self.channel
@@ -112,27 +184,28 @@ class BoundedRequest(WebRequest):  # type: ignore[misc]
             return channel.command or b"", channel.path or b""
         return getattr(channel, "_command", b""), getattr(channel, "_path", b"")
 
-    def _refuse(self, declared: int | None) -> None:
+    def _refuse(self, status: int, problem: dict[str, Any], headers: Headers = ()) -> None:
         self.refused = True
-        self.content = io.BytesIO()
+        self._let_go()
+        self.content = io.BytesIO()  # what came of the body is dropped now, not when the connection goes
         # Twisted would answer `Expect: 100-continue` right after the headers: the client must not send.
         self.requestHeaders.removeHeader(b"expect")
-        status, problem = refusal(self.bound or 0, declared)
-        CUT.labels("body_not_allowed" if status == 400 else "body_too_large").inc()  # noqa: PLR2004
+        CUT.labels(CUT_REASONS[status]).inc()
         body = json.dumps(problem).encode()
-        log.info("request body refused: %s, over %s bytes", status, self.bound)
+        log.info("request body refused: %s, %s (bound %s bytes)", status, CUT_REASONS[status], self.bound)
         if isinstance(self.channel, H2Stream):
             # Inside the stream's constructor its connection does not know it yet: answer on the next turn.
-            reactor.callLater(0, refuse_stream, self.channel, status, body)
+            reactor.callLater(0, refuse_stream, self.channel, status, body, headers)
         else:
-            refuse_connection(self.channel, status, body)
+            refuse_connection(self.channel, status, body, headers)
 
 
-def refuse_connection(channel: Any, status: int, body: bytes) -> None:
+def refuse_connection(channel: Any, status: int, body: bytes, headers: Headers = ()) -> None:
     """Answer on an HTTP/1.1 connection whose request never reached the app, and close it."""
     if channel is None or channel.transport is None:
         return
     head = b"HTTP/1.1 %d %s\r\n" % (status, REASONS[status])
+    head += b"".join(b"%s: %s\r\n" % (name, value) for name, value in headers)
     head += b"Content-Type: application/problem+json\r\nContent-Length: %d\r\n" % len(body)
     head += b"Cache-Control: no-store\r\nConnection: close\r\n\r\n"
     channel.transport.write(head + body)
@@ -140,18 +213,19 @@ def refuse_connection(channel: Any, status: int, body: bytes) -> None:
     channel.loseConnection()
 
 
-def refuse_stream(stream: H2Stream, status: int, body: bytes) -> None:
+def refuse_stream(stream: H2Stream, status: int, body: bytes, headers: Headers = ()) -> None:
     """Answer on an HTTP/2 stream and reset it (NO_ERROR: "stop sending", RFC 9113 §8.1); the connection stays."""
     connection: Any = stream._conn
     stream_id = stream.streamID
     if stream_id not in connection.streams:
         return
     h2 = connection.conn
-    headers = [(b":status", b"%d" % status), (b"content-type", b"application/problem+json"),
-               (b"content-length", b"%d" % len(body)), (b"cache-control", b"no-store")]  # fmt: skip
+    head = [(b":status", b"%d" % status), *headers]
+    described = [*head, (b"content-type", b"application/problem+json"),
+                 (b"content-length", b"%d" % len(body)), (b"cache-control", b"no-store")]  # fmt: skip
     with contextlib.suppress(H2Error, KeyError):
         fits = h2.local_flow_control_window(stream_id) >= len(body) and h2.max_outbound_frame_size >= len(body)
-        h2.send_headers(stream_id, headers if fits else headers[:1], end_stream=not fits)
+        h2.send_headers(stream_id, described if fits else head, end_stream=not fits)
         if fits:
             h2.send_data(stream_id, body, end_stream=True)
     with contextlib.suppress(H2Error, KeyError):

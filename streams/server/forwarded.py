@@ -9,7 +9,9 @@ the application sees it and undoes what daphne took, unless the request came fro
 - only a peer inside `TRUSTED_PROXIES` (addresses or networks) is believed, and never on the TLS port, which
   clients reach directly (a proxy that terminates TLS talks to the plain port);
 - from a trusted peer, the client is the rightmost `X-Forwarded-For` entry that is not itself a trusted proxy:
-  each proxy appends the address it saw, so entries to the left of that one are the client's own writing;
+  each proxy appends the address it saw, so entries to the left of that one are the client's own writing. An
+  entry is read as `host_of` reads it (streams/server/addresses.py): a port a proxy wrote beside the address
+  (`192.0.2.7:4711`, `[2001:db8::1]:4711`) is not part of it, nor of the client's address in the scope;
 - from anyone else the forwarded headers are dropped from the scope, so nothing downstream (Django's
   `SECURE_PROXY_SSL_HEADER`, a log) reads them either;
 - `Daphne-Root-Path` is never honoured: the root path is the server's `--root-path`.
@@ -20,6 +22,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 from typing import Any
+
+from streams.server.addresses import host_of, parse_address
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 FORWARDED_HEADERS = frozenset(
@@ -75,12 +79,8 @@ class ClientOrigin:
         if trusted is None:
             if len(self._trusted) >= TRUST_CACHE_SIZE:
                 self._trusted.clear()
-            try:
-                address = ipaddress.ip_address(host)
-            except ValueError:
-                trusted = False
-            else:
-                trusted = any(address in network for network in self.trusted)
+            address = parse_address(host)  # a dual-stack socket's `::ffff:127.0.0.1` is 127.0.0.1
+            trusted = address is not None and any(address in network for network in self.trusted)
             self._trusted[host] = trusted
         return trusted
 
@@ -104,9 +104,10 @@ class ClientOrigin:
         scope["scheme"] = self.forwarded_scheme(headers, connection_scheme)
 
     def client_host(self, headers: list[tuple[bytes, bytes]]) -> str | None:
-        """The rightmost forwarded entry that is not a trusted proxy (the leftmost if all are); None if none."""
+        """The address of the rightmost forwarded entry that is not a trusted proxy (the leftmost if all are), without
+        a port; None if there is no entry."""
         chain = [
-            entry.strip()
+            host_of(entry)
             for name, value in headers
             if name == self.address_header
             for entry in value.decode("latin-1").split(",")

@@ -2,8 +2,10 @@
 
 HTTP/2 lets a client open up to 100 streams on each connection, so a limit on streams per address means little
 unless connections are limited too; over HTTP/1.1 each connection holds one stream. The address is the socket's
-peer (a proxy in front is one address: raise the limit, or set 0, for it). A connection past the limit is closed
-as soon as it is accepted, before a byte is read (Twisted closes the socket when the factory builds no protocol).
+peer (a proxy in front is one address: raise the limit, or set 0, for it), counted as `client_key` gives it
+(streams/server/addresses.py): an IPv6 peer by its prefix, an IPv4-mapped one as IPv4. A connection past the
+limit is closed as soon as it is accepted, before a byte is read (Twisted closes the socket when the factory builds
+no protocol).
 
 `PeerConnections.limit(port)` puts the count in front of a listening port's factory; every port of the process
 shares one count (the plain port and the TLS one).
@@ -14,6 +16,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from typing import Any
+
+from streams.server.addresses import client_key
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +40,7 @@ class PeerConnections:
         port.factory = CountedFactory(port.factory, self)
 
     def admit(self, host: str) -> bool:
+        """Count a connection from `host` (a key from `client_key`), or refuse it past the limit."""
         if self.maximum and self.open[host] >= self.maximum:
             PeerStats.refused += 1
             if PeerStats.refused == 1 or PeerStats.refused % 1000 == 0:  # a flood is not logged line by line
@@ -66,7 +71,7 @@ class CountedFactory:
         return getattr(self.wrapped, name)
 
     def buildProtocol(self, addr: Any) -> Any:
-        host = str(getattr(addr, "host", ""))
+        host = client_key(str(getattr(addr, "host", "")))
         if not self.peers.admit(host):
             return None
         try:

@@ -3,9 +3,11 @@
 platform/web.py runs with `--proxy-headers` (as docs/operations.md advises behind a proxy) and the default
 `TRUSTED_PROXIES` (127.0.0.1). A client on 127.0.0.2, which the loopback interface also answers, is an untrusted
 peer: whatever `X-Forwarded-For` it writes, the per-address stream limit counts 127.0.0.2. A peer on 127.0.0.1
-is the trusted proxy: the client is the rightmost entry it appended, not what the client wrote to its left. On
-the TLS port, which clients reach directly, nothing is taken from the headers. The admin's sign-in lockout keys
-on the same address. A client's `Daphne-Root-Path` never reaches the admin's redirect.
+is the trusted proxy: the client is the rightmost entry it appended, not what the client wrote to its left, and
+an entry written anew (with the client's port, another address of one IPv6 /64, IPv4 as IPv4-mapped IPv6) is the
+same client (streams/server/addresses.py). On the TLS port, which clients reach directly, nothing is taken from
+the headers. The admin's sign-in lockout keys on the same address. A client's `Daphne-Root-Path` never reaches
+the admin's redirect.
 """
 
 from __future__ import annotations
@@ -77,6 +79,26 @@ def test_from_the_trusted_proxy_the_client_is_the_entry_it_appended(web: Web, ne
         assert spoofed.status_code == 429, "the client's own X-Forwarded-For entry was taken for its address"
 
 
+@pytest.mark.parametrize(
+    ("first", "again"),
+    [
+        ("198.51.100.1:4711", "198.51.100.1:4712"),  # the client's port, a new one per connection
+        ("[2001:db8:1:2::1]:4711", "[2001:db8:1:2::2]:4712"),  # and another address of the same /64
+        ("198.51.100.1", "::ffff:198.51.100.1"),  # IPv4, and the same written as IPv4-mapped IPv6
+    ],
+    ids=["ipv4-port", "ipv6-prefix-port", "ipv4-mapped"],
+)
+def test_from_the_trusted_proxy_a_client_written_anew_is_one_client(
+    web: Web, new_topic: Callable[..., str], first: str, again: str
+) -> None:
+    url = f"http://127.0.0.1:{web.port}" + route_of_one_stream_per_client(new_topic())
+    with ExitStack() as streams:
+        assert open_stream(streams, url, first).status_code == 200
+        second = open_stream(streams, url, again)
+        assert second.status_code == 429, f"{again!r} was counted apart from {first!r}"
+        assert open_stream(streams, url, "198.51.100.99:4711").status_code == 200  # another client is another
+
+
 @pytest.mark.parametrize("http2", [False, True], ids=["http1.1", "http2"])
 def test_on_the_tls_port_forwarded_headers_are_not_read(web: Web, new_topic: Callable[..., str], http2: bool) -> None:
     url = web.https + route_of_one_stream_per_client(new_topic())
@@ -111,3 +133,21 @@ def test_the_sign_in_lockout_counts_an_untrusted_peer_by_its_own_address(web: We
     assert [answer.status_code for answer in statuses] == [200] * (settings.AXES_FAILURE_LIMIT - 1) + [429]
     [attempt] = AccessAttempt.objects.filter(username=username)
     assert attempt.ip_address == UNTRUSTED_PEER
+
+
+def test_the_sign_in_lockout_counts_a_clients_ipv6_prefix_from_the_trusted_proxy(web: Web) -> None:
+    username = unique("operator")
+    User.objects.create_superuser(username, "op@example.com", "a-long-operator-password")
+    login = f"http://127.0.0.1:{web.port}/admin/login/"
+    statuses = []
+    with httpx.Client(timeout=10) as client:
+        for attempt in range(settings.AXES_FAILURE_LIMIT):
+            form = client.get(login)
+            token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
+            assert token is not None, form.text[:500]
+            fields = {"csrfmiddlewaretoken": token.group(1), "username": username, "password": "not-the-password"}
+            forwarded = {"x-forwarded-for": f"[2001:db8:1:2::{attempt + 1}]:{4700 + attempt}"}
+            statuses.append(client.post(login, data=fields, headers=forwarded))
+    assert [answer.status_code for answer in statuses] == [200] * (settings.AXES_FAILURE_LIMIT - 1) + [429]
+    [attempt] = AccessAttempt.objects.filter(username=username)
+    assert attempt.ip_address == "2001:db8:1:2::"

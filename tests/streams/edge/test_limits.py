@@ -5,13 +5,17 @@ is taken by the next client."""
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
+from django.test import override_settings
 
 from bindings.services import do_put_endpoint, do_put_guard, do_put_route
 from streams.codecs.event_id import encode_progress
+from streams.edge.limits import RATE_WINDOW_S, RateLimit
 from tests.conftest import unique, wait_until
 from tests.streams.edge.test_metrics import scrape, value
 from tests.support.jwt_keys import guard_fields, token
@@ -224,3 +228,46 @@ def test_challenge_responses_are_counted_per_guard_identity_and_per_token_withou
         assert answer(token(None, jti="another")) == 204, "another token without identity has its own rate"
     finally:
         server.stop()
+
+
+class CountingKeys(OrderedDict[str, Any]):
+    """A rate limit's bookkeeping that counts the keys every look over it visits."""
+
+    visited = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for key in super().__iter__():
+            self.visited += 1
+            yield key
+
+    def items(self) -> Any:
+        for item in super().items():
+            self.visited += 1
+            yield item
+
+    def keys(self) -> Any:
+        return list(self)
+
+    def values(self) -> Any:
+        return [value for _, value in self.items()]
+
+
+@override_settings(SSE_MAX_CHALLENGE_RESPONSES_PER_MIN=2)
+def test_the_rate_limit_visits_a_bounded_number_of_keys_per_call_at_any_number_of_keys() -> None:
+    """Past 10 000 keys, every call looked at every key for those to forget: 10 000 clients in a minute made each
+    challenge response cost a scan of all of them. Counted, not timed: each key is looked at about once when
+    counted and once when forgotten, however many there are."""
+    limit = RateLimit("SSE_MAX_CHALLENGE_RESPONSES_PER_MIN")
+    seen = limit.seen = CountingKeys()
+    calls = 0
+    for n in range(20_000):  # all within one window
+        assert limit.take(f"client:{n}", now=n / 1000) == 0.0
+        calls += 1
+        assert seen.visited <= 2 * calls, f"{seen.visited} keys visited in {calls} calls, at {len(seen)} keys"
+    assert limit.take("client:7", now=30.0) == 0.0  # its second
+    assert limit.take("client:7", now=30.0) == pytest.approx(RATE_WINDOW_S - 30 + 0.007)  # its third, refused
+    assert len(seen) == 20_000
+
+    limit.take("client:late", now=RATE_WINDOW_S + 25.0)  # a window after all but one key's last event
+    assert list(seen) == ["client:7", "client:late"]
+    assert seen.visited <= 2 * (calls + 3)

@@ -48,6 +48,11 @@ def test_over_tls_even_a_trusted_peer_is_not_believed() -> None:
         ([b"6.6.6.6", b"198.51.100.1, 10.0.0.9"], "198.51.100.1"),  # two headers, and a second trusted proxy
         ([b"10.0.0.8, 10.0.0.9"], "10.0.0.8"),  # every hop trusted: the first one
         ([b"not-an-address"], "not-an-address"),
+        # a proxy that writes the port it saw: the address is the client, and a trusted hop is still one
+        ([b"198.51.100.1:4711"], "198.51.100.1"),
+        ([b"[2001:db8::1]:4711"], "2001:db8::1"),
+        ([b"6.6.6.6, 198.51.100.1:4711, 10.0.0.9:443"], "198.51.100.1"),
+        ([b"::ffff:198.51.100.1"], "198.51.100.1"),
     ],
 )
 def test_from_a_trusted_proxy_the_client_is_the_rightmost_untrusted_entry(
@@ -64,6 +69,12 @@ def test_a_trusted_proxys_scheme_is_http_or_https(proto: bytes, scheme: str) -> 
     given = scope((b"x-forwarded-for", b"198.51.100.1"), (b"x-forwarded-proto", proto), (b"x-forwarded-port", b"x"))
     ORIGIN.rewrite(given, PROXY, secure=False)
     assert (given["client"], given["scheme"]) == (["198.51.100.1", 0], scheme)
+
+
+def test_a_trusted_proxy_on_a_dual_stack_socket_is_trusted() -> None:
+    given = scope((b"x-forwarded-for", b"198.51.100.1"))
+    ORIGIN.rewrite(given, ("::ffff:10.0.0.5", 41000), secure=False)
+    assert given["client"] == ["198.51.100.1", 0]
 
 
 def test_a_trusted_proxy_without_forwarded_for_is_the_client_itself() -> None:

@@ -1,8 +1,11 @@
 """Against a live server, over raw sockets: a request body past its path's bound is refused while it arrives, and
-the connection closed (over HTTP/2, the stream reset alone), with a JSON problem (streams/server/bodies.py).
+the connection closed (over HTTP/2, the stream reset alone), with a JSON problem (streams/server/bodies.py); so is
+a body not complete in time (408), and a new body while the process holds its most of them (503).
 
 Before: daphne read a 16 MiB chunked body on a stream path to the end and then answered 400, and waited for all
-of a declared 64 MiB API body, spooling it to a temporary file, before the app saw the request.
+of a declared 64 MiB API body, spooling it to a temporary file, before the app saw the request. A body within its
+bound had no deadline: the headers of `POST /admin/login/`, then a byte now and then, held a request (and what had
+come of its body) for as long as the client liked, and any number of them at once.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx
 import pytest
 
 from tests.conftest import unique, wait_until
@@ -31,7 +35,9 @@ API_MAX_BODY = 64 * 1024
 # server does not read. Generous: the kernel sizes them, a few hundred KiB here. A body read to the end is 16 MiB.
 KERNEL_BUFFERS = 4 * MiB
 PIECE = 64 * 1024
+BODY_TIMEOUT_S = 2
 PATIENCE_S = 30.0  # the longest a test waits for the server: far past every bound above
+HELD_BODIES = 2 * API_MAX_BODY  # on `web`: two bodies of the largest size
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +45,7 @@ def server(django_db_setup: None, django_db_blocker: object) -> Iterator[DaphneS
     env = {
         "HTTP_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
         "HTTP_IDLE_TIMEOUT_S": str(IDLE_TIMEOUT_S),
+        "HTTP_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
         "API_MAX_BODY_BYTES": str(API_MAX_BODY),
     }
     started = start_daphne(env, log_name=unique("test-daphne-bounds"))
@@ -48,11 +55,13 @@ def server(django_db_setup: None, django_db_blocker: object) -> Iterator[DaphneS
 
 @pytest.fixture(scope="module")
 def web(django_db_setup: None, django_db_blocker: object) -> Iterator[Web]:
-    """platform/web.py with HTTPS, HTTP/2 offered: one worker, the same bounds as `server`."""
+    """platform/web.py with HTTPS, HTTP/2 offered: one worker, the same bounds as `server` but the body deadline
+    (the default, far past what a test takes), and room for `HELD_BODIES` bytes of bodies."""
     env = {
         "HTTP_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
         "HTTP_IDLE_TIMEOUT_S": str(IDLE_TIMEOUT_S),
         "API_MAX_BODY_BYTES": str(API_MAX_BODY),
+        "HTTP_BODIES_MAX_BYTES": str(HELD_BODIES),
     }
     with web_with_https(**env) as started:
         yield started
@@ -67,6 +76,14 @@ class Sent:
     @property
     def status(self) -> int:
         return int(self.answer.split(b" ", 2)[1]) if self.answer.startswith(b"HTTP/1.1 ") else 0
+
+    def header(self, name: bytes) -> bytes | None:
+        head = self.answer.partition(b"\r\n\r\n")[0]
+        for line in head.split(b"\r\n")[1:]:
+            field, _, value = line.partition(b":")
+            if field.strip().lower() == name:
+                return value.strip()
+        return None
 
     def problem(self) -> dict[str, object]:
         head, _, body = self.answer.partition(b"\r\n\r\n")
@@ -200,3 +217,96 @@ def post(client: H2Client, path: str, *, content_length: int | None = None, data
         client.conn.send_data(stream, data)
     client.sock.sendall(client.conn.data_to_send())
     return stream
+
+
+def trickle(sock: socket.socket, piece: bytes, every_s: float, patience_s: float) -> Sent:
+    """Send `piece` every `every_s` until the server answers and closes, or for `patience_s`."""
+    sock.setblocking(False)
+    answer, sent, closed = b"", 0, False
+    started = time.monotonic()
+    next_piece = started
+    while not closed and time.monotonic() - started < patience_s:
+        readable, _, _ = select.select([sock], [], [], max(0.0, next_piece - time.monotonic()))
+        if readable:
+            try:
+                data = sock.recv(65536)
+            except OSError:
+                data = b""
+            answer += data
+            closed = not data
+        elif time.monotonic() >= next_piece:
+            try:
+                sent += sock.send(piece)
+            except OSError:  # the server closed, and said so with a reset
+                closed = True
+            next_piece += every_s
+    return Sent(answer, sent, closed)
+
+
+def body_bytes_held(url: str) -> int:
+    held: int = httpx.get(f"{url}/-/health", timeout=10).json()["request_body_bytes_held"]
+    return held
+
+
+@pytest.mark.parametrize(
+    ("framing", "piece"),
+    [("Content-Length: 10000", b"x"), ("Transfer-Encoding: chunked", b"1\r\nx\r\n")],
+    ids=["content-length", "chunked"],
+)
+def test_a_body_trickled_past_its_deadline_is_refused_408_and_let_go(
+    server: DaphneServer, framing: str, piece: bytes
+) -> None:
+    """The body deadline does not move for bytes that keep coming: a byte every 200 ms is cut at it."""
+    sock = connect(server.port)
+    started = time.monotonic()
+    sock.sendall(request_head("POST", "/admin/login/", framing))
+    sent = trickle(sock, piece, every_s=0.2, patience_s=5 * BODY_TIMEOUT_S)
+    cut_after = time.monotonic() - started
+    sock.close()
+
+    assert sent.status == 408, f"after {cut_after:.1f} s, {sent.body_bytes} bytes sent: {sent.answer[:200]!r}"
+    assert sent.problem()["title"] == "Request timeout"
+    assert sent.closed
+    assert BODY_TIMEOUT_S - 0.05 <= cut_after < 4 * BODY_TIMEOUT_S, f"cut after {cut_after:.1f} s"
+    assert wait_until(lambda: body_bytes_held(server.url) == 0)
+    assert value(scrape(server.url), "sse_connections_cut_total", reason="body_timeout") >= 1
+
+
+def test_past_the_process_bound_on_held_bodies_a_new_body_is_refused_503_until_one_is_let_go(web: Web) -> None:
+    """Two requests that declared bodies of the largest size hold all the process may hold, however little of them
+    came: a third body is refused at once, not held; once a client goes, its room is another's."""
+    url = f"http://{HOST}:{web.port}"
+    holders = [connect(web.port) for _ in range(2)]
+    try:
+        for holder in holders:
+            holder.sendall(request_head("POST", "/admin/login/", f"Content-Length: {API_MAX_BODY}") + b"x" * 100)
+        assert wait_until(lambda: body_bytes_held(url) == HELD_BODIES)
+
+        refused = send_body(web.port, request_head("POST", "/api/v1/routes/", "Content-Length: 1000"), 0, chunked=False)
+        assert refused.status == 503, refused.answer[:300]
+        assert refused.problem()["title"] == "Server busy"
+        assert refused.header(b"retry-after") == b"5"
+        assert refused.closed
+        client = H2Client(web.tls_port)
+        try:
+            over_http2 = post(client, "/api/v1/routes/", content_length=1000)
+            wait_until(lambda: pumped(client) and over_http2 in client.ended | client.reset, timeout=PATIENCE_S)
+            assert client.status.get(over_http2) == 503
+        finally:
+            client.close()
+        assert body_bytes_held(url) == HELD_BODIES
+
+        holders.pop().close()
+        assert wait_until(lambda: body_bytes_held(url) == API_MAX_BODY)
+        body = json.dumps({"name": "x", "path": "/x", "topic": "x"}).encode()
+        sock = connect(web.port)
+        sock.sendall(request_head("POST", "/api/v1/routes/", f"Content-Length: {len(body)}") + body)
+        sock.settimeout(PATIENCE_S)
+        admitted = Sent(sock.recv(65536), len(body), False)
+        sock.close()
+        assert admitted.status in {401, 403}  # the API read it
+    finally:
+        for holder in holders:
+            holder.close()
+    assert wait_until(lambda: body_bytes_held(url) == 0)
+    assert value(scrape(url), "sse_connections_cut_total", reason="bodies_held_full") >= 2
