@@ -179,8 +179,9 @@ def test_moving_the_url_to_another_host_removes_the_auth_unless_given_again(api:
     assert (moved.status_code, moved.json()["auth_set"], Catalog.objects.get().auth) == (200, False, "")
     change = Change.objects.filter(kind="catalog").first()
     assert change is not None
-    assert (change.before["auth_set"], change.after["auth_set"]) == (True, False)
-    assert change.after["url"] == "http://elsewhere:8081/v2"
+    before, after = change.before or {}, change.after or {}
+    assert (before.get("auth_set"), after.get("auth_set")) == (True, False)
+    assert after.get("url") == "http://elsewhere:8081/v2"
     assert catalog_specs()[0].auth is None  # nothing goes to the new registry
     given = send(api, "put", "/api/v1/catalogs/reg/", {**body, "url": "https://third:443", "auth": "Bearer t"})
     assert (given.json()["auth_set"], Catalog.objects.get().auth) == (True, "Bearer t")
