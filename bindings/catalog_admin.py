@@ -4,7 +4,9 @@ A catalog's page lists its inline schemas, every version kept, read only; a row 
 of its subject (the first, for a new subject), checked as it is saved: a bad Avro schema, a `.proto` that does
 not compile or a JSON Schema that is not one is an error on the row's schema field. The registry's Authorization
 header is write-only: the page says whether one is set and when it was last set, and takes a new one (or its
-removal), never showing it. Every save and delete is recorded in the history and announced, as the API's are.
+removal), never showing it. A save that moves the URL to another scheme, host or port removes the header unless
+it gives a new one, and says so: the header is the registry's it was given for. A URL with credentials in it is
+an error on its field. Every save and delete is recorded in the history and announced, as the API's are.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any, ClassVar
 from weakref import WeakKeyDictionary
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import Max, Q, QuerySet
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
@@ -21,6 +23,7 @@ from django.utils import timezone
 
 from bindings.history import CATALOG, TOPIC_MODEL, Actor, object_state, record
 from bindings.models import Catalog, InlineSchema, TopicModel
+from bindings.models.catalogs import redacted_url, same_origin
 
 
 class CatalogForm(forms.ModelForm[Catalog]):
@@ -37,13 +40,18 @@ class CatalogForm(forms.ModelForm[Catalog]):
         model = Catalog
         fields = ("name", "kind", "url", "max_age_s")
 
+    auth_removed = False  # the save removed the header because the URL moved
+
     def clean(self) -> dict[str, Any]:
-        # The header goes onto the instance before the model's clean, which checks it with the kind and URL.
+        # The header goes onto the instance before the model's clean, which checks it with the kind and URL (the
+        # instance still has the URL it had: the form's values go onto it after this).
         cleaned = super().clean() or {}
         if cleaned.get("remove_auth"):
             self.instance.auth = ""
         elif cleaned.get("new_auth"):
             self.instance.auth = cleaned["new_auth"]
+        elif self.instance.auth and not same_origin(self.instance.url, cleaned.get("url") or ""):
+            self.instance.auth, self.auth_removed = "", True
         return cleaned
 
     def add_error(self, field: str | None, error: Any) -> None:
@@ -119,7 +127,7 @@ class CatalogAdmin(_Recorded, admin.ModelAdmin[Catalog]):
     kind = CATALOG
     form = CatalogForm
     inlines = (InlineSchemaInline,)
-    list_display = ("name", "kind", "url", "auth_is_set", "max_age_s", "updated")
+    list_display = ("name", "kind", "shown_url", "auth_is_set", "max_age_s", "updated")
     list_filter = ("kind",)
     search_fields = ("name", "url", "schemas__subject")
     readonly_fields = ("auth_status",)
@@ -134,6 +142,10 @@ class CatalogAdmin(_Recorded, admin.ModelAdmin[Catalog]):
     def get_readonly_fields(self, request: HttpRequest, obj: Catalog | None = None) -> Any:
         # Topic models name the catalog: it keeps its name, as in the API.
         return ("auth_status", "name") if obj is not None else ("auth_status",)
+
+    @admin.display(description="URL", ordering="url")
+    def shown_url(self, catalog: Catalog) -> str:
+        return redacted_url(catalog.url)
 
     @admin.display(boolean=True, description="auth set")
     def auth_is_set(self, catalog: Catalog) -> bool:
@@ -151,6 +163,13 @@ class CatalogAdmin(_Recorded, admin.ModelAdmin[Catalog]):
         if obj.auth != (fresh.auth if fresh is not None else ""):
             obj.auth_updated = timezone.now()
         super().save_model(request, obj, form, change)
+        if getattr(form, "auth_removed", False):
+            self.message_user(
+                request,
+                "The Authorization header was removed: it was given for the registry at the old URL's scheme, host "
+                "and port. Give it again if the new URL's registry takes it.",
+                messages.WARNING,
+            )
 
 
 _SIDE = ("model", "catalog", "strategy", "schema_id", "subject", "version", "record", "encoding")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bindings.models import LATEST, Catalog, Endpoint, Guard, Route, TopicModel
+from bindings.models.catalogs import redacted_url
 
 
 def route_representation(route: Route) -> dict[str, Any]:
@@ -65,13 +66,14 @@ def guard_representation(guard: Guard) -> dict[str, Any]:
 
 
 def catalog_representation(catalog: Catalog) -> dict[str, Any]:
-    """A catalog as the API shows it: never its `auth`, only whether one is set and when it was last set."""
+    """A catalog as the API shows it: never its `auth`, only whether one is set and when it was last set, and its
+    URL without the user info of one saved before such URLs were refused."""
     schemas = sorted(catalog.schemas.all(), key=lambda schema: (schema.subject, schema.version))
     latest = {schema.subject: schema for schema in schemas}  # the last of each subject is its latest
     return {
         "name": catalog.name,
         "kind": catalog.kind,
-        "url": catalog.url or None,
+        "url": redacted_url(catalog.url) if catalog.url else None,
         "auth_set": bool(catalog.auth),
         "auth_updated": catalog.auth_updated.isoformat() if catalog.auth_updated else None,
         "max_age_s": catalog.max_age_s,

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Literal
 
+from django.conf import settings
 from django.utils import timezone
 
 # The two `with.event.id` values Zilla accepts (they select an encoding, they are not templates) and the two
@@ -242,7 +243,9 @@ class CatalogSpec:
     """Where schemas come from. An inline catalog's `schemas` are every version kept; its records carry the plain
     encoding, no registry framing. A registry (`schema-registry`, `karapace`, `apicurio`: all read through the
     Confluent-compatible API at `url`) has no schemas here: they are read from it and cached `max_age_s` seconds,
-    sending `auth` as the Authorization header when there is one."""
+    sending `auth` as the Authorization header when there is one. The other numbers bound what decoding with the
+    catalog costs a process: the settings `SSE_REGISTRY_*` and `SSE_PROTOC_*` (config/settings/streams.py),
+    defaulting as they do."""
 
     name: str
     kind: CatalogKind
@@ -250,6 +253,12 @@ class CatalogSpec:
     auth: str | None
     max_age_s: int
     schemas: tuple[InlineSchemaSpec, ...] = ()
+    cache_entries: int = 1000
+    cache_bytes: int = 64 * 1024 * 1024
+    lookups_per_s: int = 20
+    give_up_s: int = 60
+    protoc_timeout_s: int = 10
+    protoc_max_bytes: int = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -290,6 +299,12 @@ def catalog_specs() -> tuple[CatalogSpec, ...]:
                 InlineSchemaSpec(subject=s.subject, version=s.version, format=s.format, text=s.text)  # type: ignore[arg-type]
                 for s in sorted(catalog.schemas.all(), key=lambda s: (s.subject, s.version))
             ),
+            cache_entries=settings.SSE_REGISTRY_CACHE_ENTRIES,
+            cache_bytes=settings.SSE_REGISTRY_CACHE_BYTES,
+            lookups_per_s=settings.SSE_REGISTRY_LOOKUPS_PER_S,
+            give_up_s=settings.SSE_REGISTRY_GIVE_UP_S,
+            protoc_timeout_s=settings.SSE_PROTOC_TIMEOUT_S,
+            protoc_max_bytes=settings.SSE_PROTOC_MAX_BYTES,
         )
         for catalog in Catalog.objects.prefetch_related("schemas").order_by("name")
     )

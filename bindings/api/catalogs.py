@@ -3,7 +3,8 @@
 Both are written through `bindings.services`, so the API validates exactly as the admin does; a 400 body maps
 each bad field to its messages (`subjects.orders-value.schema`, `value.catalog`, ...). `PUT` creates or
 replaces (idempotent provisioning), `POST` creates and refuses a name (or topic) already taken, `PATCH` merges.
-A catalog's `auth` is write-only: the API shows `auth_set` and `auth_updated`, never the header. A topic model is
+A catalog's `auth` is write-only: the API shows `auth_set` and `auth_updated`, never the header; a write that
+moves the URL to another scheme, host or port without giving `auth` removes it (`bindings.services`). A topic model is
 keyed by its topic, a pattern that may hold `*` (`/api/v1/topic-models/orders-*/`).
 """
 
@@ -43,6 +44,13 @@ class CatalogSerializer(CatalogShape, _NamedSerializer):
         if "subjects" in values:
             values["subjects"] = {subject: dict(spec) for subject, spec in values["subjects"].items()}
         return do_put_catalog(**values, actor=api_actor(self.context.get("request")))
+
+    def update(self, instance: Catalog, validated_data: dict[str, Any]) -> Catalog:
+        """A PATCH without `url` keeps the URL as stored (the representation shows it redacted)."""
+        if self.partial and "url" not in validated_data:
+            validated_data = {**validated_data, "url": instance.url}
+        updated: Catalog = super().update(instance, validated_data)
+        return updated
 
 
 class CatalogViewSet(_NamedViewSet):

@@ -2,7 +2,9 @@
 
 - A `Catalog` is where schemas come from: `inline` (its `InlineSchema` rows, kept here) or a Confluent-compatible
   registry (`schema-registry`, `karapace`, `apicurio`) at `url`, with an optional `Authorization` header (`auth`,
-  write-only: never shown back) and a cache lifetime (`max_age_s`, Zilla's `max-age`).
+  write-only: never shown back) and a cache lifetime (`max_age_s`, Zilla's `max-age`). The header is the
+  registry's at `url`: a URL never carries credentials (`user:pass@` is refused), and a write that moves the
+  catalog to another scheme, host or port removes the header unless it gives one (`same_origin`).
 - An `InlineSchema` is one version of a subject's schema. Saving a subject with another text makes version N+1;
   older versions stay, so a model pinned to one keeps it. A subject may hold `*` wildcards (`*-value`).
 - A `TopicModel` covers the topics its `topic` names (a Kafka topic name, `*` matching any run of characters, so
@@ -21,7 +23,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -79,6 +81,10 @@ class Catalog(models.Model):
             errors["url"] = ["A registry catalog needs the registry's URL."]
         elif self.url and not _is_http_url(self.url):
             errors["url"] = ["A registry's URL is http:// or https:// and a host, e.g. http://registry:8081."]
+        elif self.url and "@" in urlsplit(self.url).netloc:
+            errors["url"] = [
+                "A registry's URL carries no credentials (user:password@): give them as the Authorization header."
+            ]
         if not self.is_registry:
             if self.url:
                 errors["url"] = ["An inline catalog keeps its schemas here: it has no URL."]
@@ -88,6 +94,34 @@ class Catalog(models.Model):
             errors["auth"] = ["A header value is one line."]
         if errors:
             raise ValidationError(errors)
+
+
+def origin(url: str) -> tuple[str, str, int | None] | None:
+    """A URL's scheme, host and port (the scheme's default when it names none); None for no URL or a bad one."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        return None
+    if not parts.hostname:
+        return None
+    return parts.scheme.lower(), parts.hostname.lower(), port
+
+
+def same_origin(before: str, after: str) -> bool:
+    """Whether a catalog's Authorization header, given for `before`, may still go to `after`."""
+    return origin(before) is not None and origin(before) == origin(after)
+
+
+def redacted_url(url: str) -> str:
+    """`url` with its user info, if any, as `***`: how a URL saved before such URLs were refused is shown."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<a URL that does not parse>"
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 def _is_http_url(url: str) -> bool:

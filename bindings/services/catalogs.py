@@ -5,7 +5,9 @@ Errors are keyed like the API's fields: a catalog's `name`, `kind`, `url`, `auth
 `key.<field>` / `value.<field>` (`value.catalog`, `value.subject`, `value.id`, ...) for its models.
 
 A catalog's `auth` (an Authorization header) is write-only: the history records whether one is set and when it
-was last set (`auth_updated`), so a change of credentials is announced and recorded without the secret.
+was last set (`auth_updated`), so a change of credentials is announced and recorded without the secret. The
+header belongs to the registry it was given for: a write that moves the catalog's URL to another scheme, host or
+port removes it unless the same write gives one, and the history shows it gone (`auth_set` false).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from django.utils import timezone
 
 from bindings.history import CATALOG, SHELL, TOPIC_MODEL, Actor, object_state, record
 from bindings.models import DEFAULT_MAX_AGE_S, Catalog, InlineSchema, TopicModel
-from bindings.models.catalogs import SIDES
+from bindings.models.catalogs import SIDES, same_origin
 from bindings.services.checks import Errors, add, check_shape, collect
 from bindings.shapes import CatalogShape, TopicModelShape
 
@@ -45,16 +47,19 @@ def do_put_catalog(
 ) -> Catalog:
     """Create or replace the catalog called `name` (idempotent).
 
-    `auth` None keeps the current header, "" removes it. `subjects` (inline only) maps each subject to its
-    `format`, `schema` and optional `version`: a text that differs from the subject's latest becomes its next
-    version (or the version given), the older versions stay; a subject left out is removed with its versions.
-    Topic models that name the catalog must still find what they name.
+    `auth` None keeps the current header while the URL stays at the same scheme, host and port (it is removed
+    otherwise: credentials go to the registry they were given for), "" removes it. `subjects` (inline only) maps
+    each subject to its `format`, `schema` and optional `version`: a text that differs from the subject's latest
+    becomes its next version (or the version given), the older versions stay; a subject left out is removed with
+    its versions. Topic models that name the catalog must still find what they name.
     """
     subjects = {} if subjects is None else subjects
     given = {"name": name, "kind": kind, "url": url, "max_age_s": max_age_s, "subjects": subjects}
     check_shape(CatalogShape, given if auth is None else {**given, "auth": auth})
     catalog = Catalog.objects.select_for_update().filter(name=name).first() or Catalog(name=name)
     before = object_state(CATALOG, name) if catalog.pk is not None else None
+    if auth is None and catalog.auth and not same_origin(catalog.url, url or ""):
+        auth = ""
     catalog.kind, catalog.url, catalog.max_age_s = kind, url or "", max_age_s
     if auth is not None and auth != catalog.auth:
         catalog.auth, catalog.auth_updated = auth, timezone.now()

@@ -9,15 +9,18 @@ Import:
 - `schema-registry` (and Zilla Plus' `confluent-schema-registry`), `karapace` (`karapace-schema-registry`) and
   `apicurio` (`apicurio-registry`) become registry catalogs read through their Confluent-compatible API, with
   `options.url` and `options.max-age`; a context other than `default` and Apicurio's own options are noted as
-  ignored. Zilla has no place for a registry's credentials: a catalog's Authorization header keeps its value;
+  ignored. Zilla has no place for a registry's credentials: a catalog's Authorization header keeps its value
+  while the URL keeps its scheme, host and port, and is removed when it moves (`do_put_catalog`); a URL with
+  credentials in it (`user:pass@`) is refused at `options.url`;
 - each `options.topics[]` entry of a `kafka` binding with a `key` or `value` model becomes a topic model (its
   `name` is the topic or a pattern with `*`): `model`, `view: json` (the only view: events are JSON), `encoding`
   for strings, and `catalog: {<name>: [{strategy: topic, version} | {id} | {subject, version}]}`, one catalog
   and one entry, with `record` for protobuf. The same topic in several kafka bindings (a cache client and its
   server) must say the same.
 
-Export writes them back the same way, the catalogs' latest versions only (Zilla keeps one per subject) and
-never a registry's Authorization header; the notes say what was left out.
+Export writes them back the same way, the catalogs' latest versions only (Zilla keeps one per subject), never a
+registry's Authorization header nor the user info of a URL saved before such URLs were refused; the notes say
+what was left out.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bindings.models import LATEST, Catalog, TopicModel
-from bindings.models.catalogs import subject_matches
+from bindings.models.catalogs import redacted_url, subject_matches
 from bindings.representations import model_representation
 from bindings.schemas import AVRO, JSON, PROTOBUF, check_schema
 from bindings.zilla.plan import _NamedPlan, _Plan, _unknown
@@ -231,7 +234,9 @@ def export_catalogs(strict: bool, notes: list[str], models: list[TopicModel]) ->
     exported: dict[str, Any] = {}
     for catalog in Catalog.objects.prefetch_related("schemas").order_by("name"):
         if catalog.is_registry:
-            options: dict[str, Any] = {"url": catalog.url, "max-age": catalog.max_age_s}
+            options: dict[str, Any] = {"url": redacted_url(catalog.url), "max-age": catalog.max_age_s}
+            if options["url"] != catalog.url:
+                notes.append(f"left out: catalog {catalog.name}'s URL user info (a credential)")
             if catalog.auth:
                 notes.append(f"left out: catalog {catalog.name}'s Authorization header (a credential)")
             exported[catalog.name] = {"type": catalog.kind, "options": options}

@@ -48,6 +48,18 @@ SSE_JWKS_ALLOW_HTTP = envbool("SSE_JWKS_ALLOW_HTTP", False)
 SSE_JWKS_TIMEOUT_S = envint("SSE_JWKS_TIMEOUT_S", default=5, minimum=1, maximum=60)
 SSE_JWKS_MAX_BYTES = envint("SSE_JWKS_MAX_BYTES", default=256 * 1024, minimum=1024)
 
+# Registry catalogs (docs/schemas.md, "What a registry may cost"): each process's client of one registry caches at
+# most this many answers and bytes of schema text, makes at most this many requests a second, and gives up on a
+# schema the registry keeps refusing (a 403, an answer over 4 MiB, a type not known) after this many seconds, its
+# records then skipped as unknown-schema. A .proto from a catalog compiles within this many seconds, protoc writing
+# at most this many bytes per file, or is refused (its records skipped as schema-mismatch).
+SSE_REGISTRY_CACHE_ENTRIES = envint("SSE_REGISTRY_CACHE_ENTRIES", default=1000, minimum=10)
+SSE_REGISTRY_CACHE_BYTES = envint("SSE_REGISTRY_CACHE_BYTES", default=64 * 1024 * 1024, minimum=8 * 1024 * 1024)
+SSE_REGISTRY_LOOKUPS_PER_S = envint("SSE_REGISTRY_LOOKUPS_PER_S", default=20, minimum=1, maximum=10_000)
+SSE_REGISTRY_GIVE_UP_S = envint("SSE_REGISTRY_GIVE_UP_S", default=60, minimum=1, maximum=86_400)
+SSE_PROTOC_TIMEOUT_S = envint("SSE_PROTOC_TIMEOUT_S", default=10, minimum=1, maximum=600)
+SSE_PROTOC_MAX_BYTES = envint("SSE_PROTOC_MAX_BYTES", default=16 * 1024 * 1024, minimum=64 * 1024)
+
 # The delivery log (docs/delivery-log.md): what each process delivered and refused, as rows on a Kafka topic that
 # the analytics rollup reads. The platform creates the topic (on a web process's first row, and before each
 # rollup) with these partitions and this retention: keep it longer than the rollup may be stopped.

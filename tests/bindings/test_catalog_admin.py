@@ -130,3 +130,34 @@ def test_a_topic_model_error_is_on_its_field(admin_client: Client) -> None:
     assert after is not None
     assert after["value"]["subject"] == "orders-value"
     assert admin_client.get("/admin/bindings/topicmodel/?q=schemas").status_code == 200
+
+
+def test_moving_the_url_to_another_host_removes_the_header_and_says_so(admin_client: Client) -> None:
+    registry: dict[str, Any] = {"name": "reg", "kind": "schema-registry"}
+    added = catalog_form(new_auth=SECRET, url="http://registry:8081", **registry)
+    assert admin_client.post("/admin/bindings/catalog/add/", added).status_code == 302
+    change = f"/admin/bindings/catalog/{Catalog.objects.get().pk}/change/"
+
+    moved = admin_client.post(change, catalog_form(url="http://elsewhere:8081", **registry), follow=True)
+
+    assert Catalog.objects.get().auth == ""
+    assert "The Authorization header was removed" in moved.content.decode()
+    latest = Change.objects.filter(kind="catalog").first()
+    assert latest is not None
+    assert ((latest.before or {}).get("auth_set"), (latest.after or {}).get("auth_set")) == (True, False)
+    admin_client.post(change, catalog_form(url="http://third:8081", new_auth="Bearer t", **registry))
+    assert Catalog.objects.get().auth == "Bearer t"  # given with the move: kept
+    refused = admin_client.post(change, catalog_form(url="http://ada:s3cret@third:8081", **registry))
+    assert refused.context is not None
+    assert "carries no credentials" in " ".join(refused.context["adminform"].form.errors["url"])
+    assert Catalog.objects.get().url == "http://third:8081"
+
+
+def test_the_list_shows_a_url_saved_with_credentials_without_them(admin_client: Client) -> None:
+    do_put_catalog(name="reg", kind="karapace", url="http://registry:8081")
+    Catalog.objects.update(url="http://ada:s3cret@registry:8081")  # as an older version could save it
+
+    page = admin_client.get("/admin/bindings/catalog/").content.decode()
+
+    assert "http://***@registry:8081" in page
+    assert "s3cret" not in page

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -97,3 +98,15 @@ def test_it_reads_any_number_of_topic_models_in_one_query() -> None:
     with CaptureQueriesContext(connection) as queries:
         assert len(topic_model_specs()) == 5
     assert len(queries) == 1
+
+
+def test_it_gives_each_catalog_the_limits_the_settings_set(settings: Any) -> None:
+    settings.SSE_REGISTRY_CACHE_ENTRIES, settings.SSE_REGISTRY_CACHE_BYTES = 50, 9_000_000
+    settings.SSE_REGISTRY_LOOKUPS_PER_S, settings.SSE_REGISTRY_GIVE_UP_S = 3, 7
+    settings.SSE_PROTOC_TIMEOUT_S, settings.SSE_PROTOC_MAX_BYTES = 4, 100_000
+    do_put_catalog(name="reg", kind="karapace", url="http://karapace:8081")
+
+    (spec,) = catalog_specs()
+
+    assert (spec.cache_entries, spec.cache_bytes, spec.lookups_per_s, spec.give_up_s) == (50, 9_000_000, 3, 7)
+    assert (spec.protoc_timeout_s, spec.protoc_max_bytes) == (4, 100_000)

@@ -4,9 +4,12 @@
 process. The forms each model's values take are in docs/schemas.md.
 
 - A registry catalog's records are framed (`framing.py`): each decodes with the schema of its own id, so records
-  written before a schema changed decode with the schema they were written with. The model's strategy, subject,
-  version or id name the schema the topic is meant to hold (for the control plane and the AsyncAPI export);
-  they choose no schema here. The id's schema must be of the model's format.
+  written before a schema changed decode with the schema they were written with. The id must be one the model
+  allows, or the record is a `schema-mismatch` and its schema is not even fetched: the model's id (`strategy:
+  id`), else an id the model's subject holds (`<topic>-key` / `<topic>-value` for `strategy: topic`; a subject
+  may hold `*`), at the model's version unless that is `latest`. Anyone who may produce to a topic may register
+  schemas too (Confluent's serializers do by themselves): a record naming another subject's schema, a hostile one
+  or another team's, is refused before that schema is read. The id's schema must be of the model's format.
 - An inline catalog's records are the plain encoding: the schema is the catalog's, by the model's subject (or
   `<topic>-key` / `<topic>-value` for `strategy: topic`) and version, and for Protobuf the message by `record`.
 - `json` without a catalog is only parsed; `string` and the numbers need no schema.
@@ -29,7 +32,7 @@ from streams.codecs.schemas.framing import message_indexes, unframe
 from streams.codecs.schemas.limits import Limits
 from streams.codecs.schemas.registry import Schema
 from streams.codecs.schemas.sources import Catalogs, SchemaSource, referenced
-from streams.codecs.schemas.spec import ModelSpec, Part, SchemaFormat, topic_subject
+from streams.codecs.schemas.spec import ModelSpec, Part, SchemaFormat, matches, topic_subject
 
 _T = TypeVar("_T")
 _LIMITS = Limits()
@@ -66,12 +69,18 @@ class _Plain:
 
 
 class _Framed:
-    """A registry catalog's records: the schema by the id each one carries."""
+    """A registry catalog's records: the schema by the id each one carries, if the model allows that id."""
 
-    def __init__(self, spec: ModelSpec, source: SchemaSource, limits: Limits) -> None:
+    def __init__(
+        self, spec: ModelSpec, source: SchemaSource, topic: str, part: Part, budget: protobuf.Budget, limits: Limits
+    ) -> None:
         self._format: SchemaFormat = _schema_format(spec)
+        self._pinned = spec.schema_id
+        self._subject = spec.subject or topic_subject(topic, part)  # the topic strategy when nothing names one
+        self._version = spec.version
         self._source = source
         self._read = _READS[self._format]
+        self._budget = budget
         self._limits = limits
 
     def decode(self, raw: bytes | None) -> bytes | None:
@@ -79,21 +88,39 @@ class _Framed:
             return None
         self._limits.check_size(raw)
         schema_id, payload = unframe(raw)
+        self._allow(schema_id)
         schema = self._source.by_id(schema_id)
         if schema.format != self._format:
             raise DecodeError(Reason.SCHEMA_MISMATCH, f"schema {schema_id} is {schema.format}, not {self._format}")
         if self._format == "protobuf":
             indexes, payload = message_indexes(payload)
-            value = _read_protobuf(schema, referenced(schema, self._source), payload, self._limits, indexes=indexes)
+            imports = referenced(schema, self._source)
+            value = _read_protobuf(schema, imports, payload, self._limits, indexes=indexes, budget=self._budget)
             return dumps(value, self._limits)
         return dumps(self._read(schema, referenced(schema, self._source), payload, self._limits), self._limits)
+
+    def _allow(self, schema_id: int) -> None:
+        """Refuse an id the model does not allow (the registry's answer on which subjects hold it is cached)."""
+        if self._pinned is not None:
+            if schema_id != self._pinned:
+                raise DecodeError(Reason.SCHEMA_MISMATCH, f"schema {schema_id} is not the model's, {self._pinned}")
+            return
+        held = self._source.subjects_of(schema_id)
+        if not any(
+            matches(self._subject, subject) and self._version in ("latest", version) for subject, version in held
+        ):
+            version = "" if self._version == "latest" else f" version {self._version}"
+            raise DecodeError(Reason.SCHEMA_MISMATCH, f"schema {schema_id} is not {self._subject!r}{version}'s")
 
 
 class _Inline:
     """An inline catalog's records: one schema, by subject and version, for every record."""
 
-    def __init__(self, spec: ModelSpec, source: SchemaSource, topic: str, part: Part, limits: Limits) -> None:
+    def __init__(
+        self, spec: ModelSpec, source: SchemaSource, topic: str, part: Part, budget: protobuf.Budget, limits: Limits
+    ) -> None:
         self._format: SchemaFormat = _schema_format(spec)
+        self._budget = budget
         self._limits = limits
         if spec.schema_id is not None:
             raise SchemaError("an inline catalog's schemas have no ids: name a subject or the topic strategy")
@@ -113,7 +140,8 @@ class _Inline:
             raise DecodeError(Reason.SCHEMA_MISMATCH, f"{self._subject} is {schema.format}, not {self._format}")
         payload = memoryview(raw)
         if self._format == "protobuf":
-            return dumps(_read_protobuf(schema, (), payload, self._limits, record=self._record), self._limits)
+            value = _read_protobuf(schema, (), payload, self._limits, record=self._record, budget=self._budget)
+            return dumps(value, self._limits)
         return dumps(self._read(schema, (), payload, self._limits), self._limits)
 
 
@@ -153,10 +181,11 @@ def _read_protobuf(
     *,
     indexes: tuple[int, ...] | None = None,
     record: str | None = None,
+    budget: protobuf.Budget = protobuf.DEFAULT_BUDGET,
 ) -> Any:
     del limits  # protobuf's parser stops at 100 levels by itself; `dumps` measures the JSON it gives
     texts = tuple((name, imported.text) for name, imported in imports)
-    reader = _compiled(lambda: protobuf.reader(schema.text, texts))
+    reader = _compiled(lambda: protobuf.reader(schema.text, texts, budget))
     descriptor = reader.by_indexes(indexes) if indexes is not None else reader.by_name(record)
     return reader.read(descriptor, payload)
 
@@ -178,6 +207,8 @@ def decoder_for(
             return _Plain(lambda raw: dumps(json_values.parse(raw, limits), limits), limits)
         raise SchemaError(f"the {spec.model} model needs a catalog")
     source = catalogs.source(spec.catalog)
-    if catalogs.specs[spec.catalog].is_registry:
-        return _Framed(spec, source, limits)
-    return _Inline(spec, source, topic, part, limits)
+    catalog = catalogs.specs[spec.catalog]
+    budget = protobuf.Budget(catalog.protoc_timeout_s, catalog.protoc_max_bytes)
+    if catalog.is_registry:
+        return _Framed(spec, source, topic, part, budget, limits)
+    return _Inline(spec, source, topic, part, budget, limits)

@@ -2,9 +2,12 @@
 `FileDescriptorProto` (base64, as confluent-kafka's serializers register it and some registries return it).
 
 `.proto` text is compiled by protoc itself: grpcio-tools ships it in its wheel, with the well-known types'
-`.proto` files, so compiling needs no network and no system package. It runs as a child process
-(`python -m grpc_tools.protoc`), once per schema: protoc writes its errors to the process's stderr, which a child's
-pipe captures for the error message, and a compiler crash cannot take the fetch process with it.
+`.proto` files, so compiling needs no network and no system package. It runs as a child process (grpc_tools'
+`protoc` module), once per schema: protoc writes its errors to the process's stderr, which goes to a file for the
+error message, and a compiler crash cannot take the fetch process with it. A registry's `.proto` is anyone's
+who may register one, so the child has a `Budget`: it is killed past `timeout_s`, and no file it writes (the
+descriptor set, its errors) may grow past `max_bytes` (the kernel's file size limit, set in the child before
+protoc starts). A schema over budget is refused like one that does not compile, and remembered as refused.
 The descriptors go into a pool of the schema's own, so two versions of one `.proto` file never meet.
 """
 
@@ -13,9 +16,11 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -40,10 +45,20 @@ from google.protobuf import (
 from google.protobuf.descriptor import Descriptor, FileDescriptor
 
 from streams.codecs.schemas.errors import DecodeError, Reason, SchemaError
+from streams.codecs.schemas.spec import DEFAULT_PROTOC_MAX_BYTES, DEFAULT_PROTOC_TIMEOUT_S
 from streams.codecs.schemas.timing import schema_work
 
-COMPILE_TIMEOUT_S = 60
 MAIN_FILE = "schema.proto"
+MAX_ERROR_BYTES = 16 * 1024  # what of protoc's errors goes into the message
+# The child: limits first, then protoc as `python -m grpc_tools.protoc` runs it (with the well-known types' imports).
+_CHILD = """
+import resource, runpy, signal, sys
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it: past the limit, protoc is killed at once
+sys.argv = ["grpc_tools.protoc", *sys.argv[2:]]
+runpy.run_module("grpc_tools.protoc", run_name="__main__", alter_sys=True)
+"""
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]+")
 # The well-known types, which a serialized descriptor names as dependencies without carrying them.
 _WELL_KNOWN: dict[str, FileDescriptor] = {
@@ -63,11 +78,24 @@ _WELL_KNOWN: dict[str, FileDescriptor] = {
 }
 
 
+@dataclass(frozen=True)
+class Budget:
+    """What compiling one `.proto` may take: seconds, and bytes written per file."""
+
+    timeout_s: float = DEFAULT_PROTOC_TIMEOUT_S
+    max_bytes: int = DEFAULT_PROTOC_MAX_BYTES
+
+
+DEFAULT_BUDGET = Budget()
+
+
 class ProtobufReader:
     """The messages of one schema, and how to read each as proto3 JSON."""
 
-    def __init__(self, text: str, references: tuple[tuple[str, str], ...] = ()) -> None:
-        files = _descriptors(text, references)
+    def __init__(
+        self, text: str, references: tuple[tuple[str, str], ...] = (), budget: Budget = DEFAULT_BUDGET
+    ) -> None:
+        files = _descriptors(text, references, budget)
         pool = descriptor_pool.DescriptorPool()
         try:
             for proto in files:
@@ -119,21 +147,23 @@ class ProtobufReader:
             raise DecodeError(Reason.INVALID, f"no proto3 JSON for it: {exc}") from None
 
 
-def reader(text: str, references: tuple[tuple[str, str], ...] = ()) -> ProtobufReader:
-    """The reader of a schema, made once per schema text and imports; a schema that does not compile is refused
-    each time from what protoc said the first time (a broken schema in a registry would otherwise start protoc
-    once per record)."""
-    found = _reader_or_error(text, references)
+def reader(text: str, references: tuple[tuple[str, str], ...] = (), budget: Budget = DEFAULT_BUDGET) -> ProtobufReader:
+    """The reader of a schema, made once per schema text and imports; a schema that does not compile (or not
+    within its budget) is refused each time from what protoc said the first time (a broken schema in a registry
+    would otherwise start protoc once per record)."""
+    found = _reader_or_error(text, references, budget)
     if isinstance(found, SchemaError):
         raise SchemaError(str(found))
     return found
 
 
 @lru_cache(maxsize=256)
-def _reader_or_error(text: str, references: tuple[tuple[str, str], ...]) -> ProtobufReader | SchemaError:
+def _reader_or_error(
+    text: str, references: tuple[tuple[str, str], ...], budget: Budget
+) -> ProtobufReader | SchemaError:
     try:
         with schema_work():
-            return ProtobufReader(text, references)
+            return ProtobufReader(text, references, budget)
     except SchemaError as exc:
         return exc
 
@@ -176,17 +206,19 @@ def cut_short(payload: bytes | memoryview) -> bool:
     return position > end
 
 
-def _descriptors(text: str, references: tuple[tuple[str, str], ...]) -> list[descriptor_pb2.FileDescriptorProto]:
+def _descriptors(
+    text: str, references: tuple[tuple[str, str], ...], budget: Budget
+) -> list[descriptor_pb2.FileDescriptorProto]:
     """The file's descriptor last, after every file it imports."""
     serialized = _serialized(text)
     if serialized is None:
-        return _compile(text, references)
+        return _compile(text, references, budget)
     files: list[descriptor_pb2.FileDescriptorProto] = []
     given: set[str] = set()
     for name, imported in references:
         proto = _serialized(imported)
         if proto is None:
-            files.extend(item for item in _compile(imported, ()) if item.name not in given)
+            files.extend(item for item in _compile(imported, (), budget) if item.name not in given)
         else:
             proto.name = name
             files.append(proto)
@@ -213,33 +245,43 @@ def _serialized(text: str) -> descriptor_pb2.FileDescriptorProto | None:
     return proto
 
 
-def _compile(text: str, references: tuple[tuple[str, str], ...]) -> list[descriptor_pb2.FileDescriptorProto]:
+def _compile(
+    text: str, references: tuple[tuple[str, str], ...], budget: Budget
+) -> list[descriptor_pb2.FileDescriptorProto]:
     names = [name for name, _ in references]
     if any(not _safe(name) for name in names):
         raise SchemaError(f"an import name that is not a relative path: {names}")
     main = MAIN_FILE if MAIN_FILE not in names else "_schema_.proto"
     with tempfile.TemporaryDirectory(prefix="proto-") as tmp:
-        root = Path(tmp)
+        root = Path(tmp) / "src"
         for name, imported in ((main, text), *references):
             path = root / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(imported, encoding="utf-8")
-        out = root / "descriptors.pb"
+        out, errors_file = Path(tmp) / "descriptors.pb", Path(tmp) / "errors.txt"
         command = [
             sys.executable,
-            "-m",
-            "grpc_tools.protoc",
+            "-c",
+            _CHILD,
+            str(budget.max_bytes),
             f"--proto_path={root}",
             "--include_imports",
             f"--descriptor_set_out={out}",
             str(root / main),
         ]
-        try:
-            done = subprocess.run(command, capture_output=True, timeout=COMPILE_TIMEOUT_S, check=False)
-        except subprocess.TimeoutExpired:
-            raise SchemaError("protoc did not finish compiling the schema") from None
+        with errors_file.open("wb") as stderr:
+            try:
+                done = subprocess.run(
+                    command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                    timeout=budget.timeout_s, check=False,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                raise SchemaError(f"protoc did not compile the schema within {budget.timeout_s:g} s") from None
         if done.returncode != 0:
-            errors = done.stderr.decode("utf-8", "replace").replace(f"{root}/", "").strip()
+            if done.returncode == -signal.SIGXFSZ:
+                raise SchemaError(f"protoc's output for the schema went over {budget.max_bytes} bytes")
+            with errors_file.open("rb") as said:
+                errors = said.read(MAX_ERROR_BYTES).decode("utf-8", "replace").replace(f"{root}/", "").strip()
             raise SchemaError(f"the .proto does not compile: {errors or f'protoc exited {done.returncode}'}")
         files = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file
     return list(files)

@@ -1,7 +1,7 @@
 """Where decoders find schemas: a catalog's schemas behind one protocol, inline or from a registry.
 
 `Catalogs` is what a process keeps: built from the catalogs' specs, it makes each catalog's source once, so every
-decoder of a registry catalog shares one client and its cache.
+decoder of a registry catalog shares one client, its cache and its rate limit.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Literal, Protocol
 
 from streams.codecs.schemas.errors import DecodeError, Reason, SchemaError
-from streams.codecs.schemas.registry import Reference, RegistryClient, Schema
+from streams.codecs.schemas.registry import Limits, Reference, RegistryClient, Schema, SubjectVersions
 from streams.codecs.schemas.spec import CatalogSpec, InlineSchema, matches
 
 MAX_REFERENCE_DEPTH = 16
@@ -18,6 +18,8 @@ MAX_REFERENCE_DEPTH = 16
 
 class SchemaSource(Protocol):
     def by_id(self, schema_id: int) -> Schema: ...
+
+    def subjects_of(self, schema_id: int) -> SubjectVersions: ...
 
     def by_subject(self, subject: str, version: Literal["latest"] | int) -> Schema: ...
 
@@ -32,6 +34,9 @@ class InlineSource:
             self._versions.setdefault(schema.subject, {})[schema.version] = schema
 
     def by_id(self, schema_id: int) -> Schema:
+        raise DecodeError(Reason.UNKNOWN_SCHEMA, f"an inline catalog has no schema ids ({schema_id})")
+
+    def subjects_of(self, schema_id: int) -> SubjectVersions:
         raise DecodeError(Reason.UNKNOWN_SCHEMA, f"an inline catalog has no schema ids ({schema_id})")
 
     def by_subject(self, subject: str, version: Literal["latest"] | int) -> Schema:
@@ -81,7 +86,11 @@ def _make(spec: CatalogSpec) -> SchemaSource:
         return InlineSource(spec.schemas)
     if not spec.url:
         raise SchemaError(f"the {spec.kind} catalog {spec.name!r} has no URL")
-    return RegistryClient(spec.url, auth=spec.auth, max_age_s=spec.max_age_s)
+    limits = Limits(spec.cache_entries, spec.cache_bytes, spec.lookups_per_s, spec.give_up_s)
+    try:
+        return RegistryClient(spec.url, auth=spec.auth, max_age_s=spec.max_age_s, limits=limits)
+    except ValueError:  # the control plane checks URLs: this one was saved before it did
+        raise SchemaError(f"the {spec.kind} catalog {spec.name!r} has a URL that does not parse") from None
 
 
 def referenced(schema: Schema, source: SchemaSource) -> tuple[tuple[str, Schema], ...]:

@@ -8,6 +8,7 @@ control plane can mirror them in its models and its `zilla.yaml` import, and han
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,6 +26,14 @@ MODELS: tuple[Model, ...] = get_args(Model)
 REGISTRY_KINDS: frozenset[CatalogKind] = frozenset({"schema-registry", "karapace", "apicurio"})
 
 DEFAULT_MAX_AGE_S = 300  # Zilla's schema-registry catalog default `max-age`
+# The bounds of a registry catalog's client and of protoc, as config/settings/streams.py defaults them
+# (SSE_REGISTRY_*, SSE_PROTOC_*): the control plane fills them in from the settings.
+DEFAULT_CACHE_ENTRIES = 1000
+DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
+DEFAULT_LOOKUPS_PER_S = 20
+DEFAULT_GIVE_UP_S = 60
+DEFAULT_PROTOC_TIMEOUT_S = 10
+DEFAULT_PROTOC_MAX_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,10 @@ class CatalogSpec:
     """A named catalog: inline schemas, or a Confluent-compatible registry at `url`.
 
     `auth` is the whole `Authorization` header value sent to the registry (`Basic …`, `Bearer …`); `max_age_s` is
-    how long an answer of the registry is used before it is asked again.
+    how long an answer of the registry is used before it is asked again. The other numbers bound what decoding
+    with the catalog costs a process (docs/schemas.md): its registry client's cache (`cache_entries`,
+    `cache_bytes`), its requests (`lookups_per_s`), how long a lookup that keeps being refused is waited for
+    (`give_up_s`), and a `.proto`'s compilation (`protoc_timeout_s`, `protoc_max_bytes`).
     """
 
     name: str
@@ -51,6 +63,12 @@ class CatalogSpec:
     auth: str | None = None
     max_age_s: int = DEFAULT_MAX_AGE_S
     schemas: tuple[InlineSchema, ...] = ()
+    cache_entries: int = DEFAULT_CACHE_ENTRIES
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+    lookups_per_s: int = DEFAULT_LOOKUPS_PER_S
+    give_up_s: int = DEFAULT_GIVE_UP_S
+    protoc_timeout_s: int = DEFAULT_PROTOC_TIMEOUT_S
+    protoc_max_bytes: int = DEFAULT_PROTOC_MAX_BYTES
 
     @property
     def is_registry(self) -> bool:
@@ -58,10 +76,23 @@ class CatalogSpec:
 
     def __repr__(self) -> str:  # the auth header is a credential: never in a log line
         auth = "<hidden>" if self.auth else None
+        url = redacted(self.url) if self.url else None
         return (
-            f"CatalogSpec(name={self.name!r}, kind={self.kind!r}, url={self.url!r}, auth={auth!r}, "
+            f"CatalogSpec(name={self.name!r}, kind={self.kind!r}, url={url!r}, auth={auth!r}, "
             f"max_age_s={self.max_age_s!r}, schemas=<{len(self.schemas)}>)"
         )
+
+
+def redacted(url: str) -> str:
+    """`url` with its user info, if any, replaced by `***` (`https://***@host/...`): what a message may show. The
+    control plane refuses such URLs; one saved before it did must not show its password in a log line."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<a URL that does not parse>"
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 @dataclass(frozen=True)

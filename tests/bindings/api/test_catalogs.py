@@ -12,6 +12,7 @@ from django.test import Client
 
 from bindings.api.permissions import api_readers
 from bindings.models import Catalog, Change, InlineSchema, TopicModel
+from bindings.selectors import catalog_specs
 
 pytestmark = pytest.mark.django_db
 
@@ -158,3 +159,46 @@ def test_the_openapi_schema_documents_both_resources_and_keeps_auth_write_only(a
     assert "auth" not in components["Catalog"]["properties"]
     assert "auth" in components["CatalogRequest"]["properties"]
     assert "409" in schema["paths"]["/api/v1/catalogs/{name}/"]["delete"]["responses"]
+
+
+def test_a_url_with_credentials_in_it_is_refused(api: Client) -> None:
+    for url in ("http://ada:s3cret@registry:8081", "https://token@registry"):
+        response = send(api, "put", "/api/v1/catalogs/reg/", {"kind": "karapace", "url": url})
+        assert response.status_code == 400
+        assert response["content-type"] == "application/problem+json"
+        assert "carries no credentials" in " ".join(response.json()["errors"]["url"])
+    assert not Catalog.objects.exists()
+
+
+def test_moving_the_url_to_another_host_removes_the_auth_unless_given_again(api: Client) -> None:
+    body = {"kind": "schema-registry", "url": "http://registry:8081/v1", "auth": SECRET}
+    assert send(api, "put", "/api/v1/catalogs/reg/", body).status_code == 201
+    same_place = send(api, "patch", "/api/v1/catalogs/reg/", {"url": "HTTP://Registry:8081/v2"})
+    assert same_place.json()["auth_set"] is True  # another path of the same scheme, host and port
+    moved = send(api, "patch", "/api/v1/catalogs/reg/", {"url": "http://elsewhere:8081/v2"})
+    assert (moved.status_code, moved.json()["auth_set"], Catalog.objects.get().auth) == (200, False, "")
+    change = Change.objects.filter(kind="catalog").first()
+    assert change is not None
+    before, after = change.before or {}, change.after or {}
+    assert (before.get("auth_set"), after.get("auth_set")) == (True, False)
+    assert after.get("url") == "http://elsewhere:8081/v2"
+    assert catalog_specs()[0].auth is None  # nothing goes to the new registry
+    given = send(api, "put", "/api/v1/catalogs/reg/", {**body, "url": "https://third:443", "auth": "Bearer t"})
+    assert (given.json()["auth_set"], Catalog.objects.get().auth) == (True, "Bearer t")
+    for port in ("https://third", "https://third:8443"):  # the default port is the same port; another is not
+        send(api, "patch", "/api/v1/catalogs/reg/", {"url": port})
+    assert Catalog.objects.get().auth == ""
+
+
+def test_a_url_saved_with_credentials_before_they_were_refused_is_shown_without_them(api: Client) -> None:
+    assert send(api, "put", "/api/v1/catalogs/reg/", {"kind": "karapace", "url": "http://registry"}).status_code == 201
+    Catalog.objects.update(url="http://ada:s3cret@registry:8081")  # as an older version could save it
+
+    shown = api.get("/api/v1/catalogs/reg/")
+    patched = send(api, "patch", "/api/v1/catalogs/reg/", {"max_age_s": 5})
+
+    assert shown.json()["url"] == "http://***@registry:8081"
+    assert patched.status_code == 400  # the URL as stored, refused: the operator moves the credentials to auth
+    assert "s3cret" not in shown.content.decode() + patched.content.decode()
+    fixed = send(api, "patch", "/api/v1/catalogs/reg/", {"url": "http://registry:8081", "auth": "Basic YWRhOnM="})
+    assert (fixed.status_code, fixed.json()["url"]) == (200, "http://registry:8081")

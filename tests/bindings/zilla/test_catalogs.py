@@ -230,3 +230,36 @@ def test_the_same_topic_with_other_models_in_two_kafka_bindings_is_refused() -> 
     with pytest.raises(ZillaConfigError) as caught:
         do_import_zilla(text, actor=ACTOR)
     assert "bindings.south_kafka_cache_server.options.topics[0]" in caught.value.errors
+
+
+def test_a_url_with_credentials_is_refused_where_it_is_in_the_file() -> None:
+    text = ZILLA_YAML.replace("url: http://karapace:8081", "url: http://ada:s3cret@karapace:8081", 1)
+
+    with pytest.raises(ZillaConfigError) as caught:
+        do_import_zilla(text, actor=ACTOR)
+
+    assert "carries no credentials" in " ".join(caught.value.errors["catalogs.registry.options.url"])
+    assert not Catalog.objects.exists()
+
+
+def test_an_import_that_moves_a_registry_removes_its_auth_header() -> None:
+    do_put_catalog(name="registry", kind="karapace", url="http://karapace:8081", auth="Basic c2VjcmV0")
+    do_import_zilla(ZILLA_YAML, actor=ACTOR)
+    assert Catalog.objects.get(name="registry").auth == "Basic c2VjcmV0"  # the same registry: kept
+
+    do_import_zilla(ZILLA_YAML.replace("karapace:8081", "elsewhere:8081"), actor=ACTOR)
+
+    moved = Catalog.objects.get(name="registry")
+    assert (moved.url, moved.auth) == ("http://elsewhere:8081", "")
+    assert object_state("catalog", "registry")["auth_set"] is False  # type: ignore[index]
+
+
+def test_a_url_saved_with_credentials_is_exported_without_them() -> None:
+    do_put_catalog(name="registry", kind="karapace", url="http://karapace:8081")
+    Catalog.objects.update(url="http://ada:s3cret@karapace:8081")  # as an older version could save it
+
+    text, notes = export_zilla()
+
+    assert "s3cret" not in text
+    assert yaml.safe_load(text)["catalogs"]["registry"]["options"]["url"] == "http://***@karapace:8081"
+    assert "left out: catalog registry's URL user info (a credential)" in notes

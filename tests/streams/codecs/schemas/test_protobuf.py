@@ -22,6 +22,7 @@ from streams.codecs.schemas import (
     protobuf,
 )
 from streams.codecs.schemas.protobuf import ProtobufReader
+from tests.conftest import unique
 from tests.support.schemas import read_back, registry_decoder, serialize
 
 SHOP = """
@@ -139,9 +140,9 @@ def test_a_schema_that_does_not_compile_is_compiled_once_however_often_asked(
     compiled: list[str] = []
     real = protobuf._compile
 
-    def counting(text: str, references: tuple[tuple[str, str], ...]) -> Any:
+    def counting(text: str, references: tuple[tuple[str, str], ...], budget: protobuf.Budget) -> Any:
         compiled.append(text)
-        return real(text, references)
+        return real(text, references, budget)
 
     monkeypatch.setattr(protobuf, "_compile", counting)
     broken = 'syntax = "proto3"; message Broken { strin x = 1; }  // ' + str(id(compiled))
@@ -149,3 +150,26 @@ def test_a_schema_that_does_not_compile_is_compiled_once_however_often_asked(
         with pytest.raises(SchemaError, match="does not compile"):
             protobuf.reader(broken)
     assert compiled == [broken]  # protoc ran once; the other two were refused from its first answer
+
+
+def test_a_proto_that_goes_over_its_compile_budget_is_refused() -> None:
+    text = 'syntax = "proto3"; message Budgeted { string name = 1; int64 amount = 2; }  // ' + unique("b")
+
+    with pytest.raises(SchemaError, match=r"protoc did not compile the schema within 0\.001 s"):
+        protobuf.reader(text, (), protobuf.Budget(timeout_s=0.001, max_bytes=1024 * 1024))  # python takes longer
+    with pytest.raises(SchemaError, match="protoc's output for the schema went over 16 bytes"):
+        protobuf.reader(text, (), protobuf.Budget(timeout_s=60, max_bytes=16))
+    assert protobuf.reader(text).by_name("Budgeted").full_name == "Budgeted"
+
+
+def test_a_catalogs_proto_compiles_within_the_catalogs_budget() -> None:
+    text = 'syntax = "proto3"; message Tiny { string name = 1; }  // ' + unique("b")
+    spec = CatalogSpec("local", "inline", schemas=(InlineSchema("t-value", 1, "protobuf", text),), protoc_max_bytes=16)
+    decoder = decoder_for(ModelSpec("protobuf", catalog="local", strategy="topic"), Catalogs([spec]), "t")
+
+    with pytest.raises(DecodeError) as error:
+        decoder.decode(b"\x0a\x01x")
+    assert (error.value.reason, error.value.detail) == (
+        Reason.SCHEMA_MISMATCH,
+        "protoc's output for the schema went over 16 bytes",
+    )
