@@ -7,10 +7,12 @@ reason, so it must stay small and stable. The reasons, in the order a record mee
   timed out, refused our credentials, or another service on its port), and no cached answer stands in.
 - `magic-byte`: a registry catalog's record does not start with the magic byte 0.
 - `truncated`: the record ends before its framing or its payload does.
-- `unknown-schema`: the schema the record names (by id, or the subject and version of the model) does not exist.
-- `schema-mismatch`: the schema is of another format than the model (an Avro schema for a `protobuf` model), a
-  Protobuf message index or `record` names no message, a JSON value breaks its JSON Schema, or the schema the
-  registry gives does not compile.
+- `unknown-schema`: the schema the record names (by id, or the subject and version of the model) does not exist,
+  or the registry kept refusing that one lookup (a `403`, an answer too large) past the time given to it.
+- `schema-mismatch`: the record's schema id is not one its model allows (another subject's, another version's),
+  the schema is of another format than the model (an Avro schema for a `protobuf` model), a Protobuf message
+  index or `record` names no message, a JSON value breaks its JSON Schema, or the schema the registry gives does
+  not compile or could make a record cost more than its bytes (bindings/schemas.py).
 - `not-json`: a `json` model's record is not JSON (or not UTF-8).
 - `invalid`: the payload does not decode under its schema or model (bad Avro or Protobuf bytes, trailing bytes,
   a `string` that is not in its encoding, a number of the wrong width).
