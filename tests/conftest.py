@@ -56,6 +56,19 @@ def delete_topics(topics: list[str]) -> None:
     wait_until(gone, timeout=10)
 
 
+def listed(topic: str, partitions: int) -> None:
+    """Wait until the broker's metadata lists `topic` with its partitions: Kafka acknowledges a topic once its
+    controller made it, and a broker answers for it a moment later. A stream opened in between is a 404 (an
+    unknown topic, docs/contract.md §2), which a test opening one at once would see by chance."""
+    admin = AdminClient(settings.KAFKA.admin_config())
+
+    def found() -> bool:
+        metadata = admin.list_topics(topic, timeout=5).topics.get(topic)
+        return metadata is not None and metadata.error is None and len(metadata.partitions) == partitions
+
+    wait_until(found, timeout=10)
+
+
 @pytest.fixture
 def created_topics() -> Iterator[list[str]]:
     """Topics a test made, deleted at its end: a server streaming one then ends those streams (docs/contract.md
@@ -73,6 +86,7 @@ def new_topic(created_topics: list[str]) -> Callable[..., str]:
         name = unique("t")
         ensure_topic(settings.KAFKA, name, partitions=partitions, config=config)
         created_topics.append(name)
+        listed(name, partitions)
         return name
 
     return make
