@@ -63,6 +63,7 @@ class Row:
     p99_ms: float | None = None
     server_cpu: float | None = None
     tree_cpu: float | None = None  # the server and all its descendants (workers, fetch and host processes)
+    consumer_cpu: float | None = None  # the consumer processes and their decoders (`python -m streams.kafka.*`)
     all_back_s: float | None = None  # storm: until every client had its first event after resuming
     server_rss_mb: float | None = None
     worker_rss_mb: float | None = None  # the largest server process's
@@ -210,6 +211,7 @@ class Sampler:
         self.at = time.monotonic()
         self.server = {pid: cpu_ticks(pid) for pid in server_pids}
         self.tree = {pid: cpu_ticks(pid) for pid in tree_pids}
+        self.consumers = {pid for pid in tree_pids if _runs_consumer(pid)}
         self.loadgen = cpu_ticks(loadgen)
         self.kafka = [cpu_ticks(pid) for pid in kafka]
         self.machine = machine_ticks()[0]
@@ -228,11 +230,26 @@ class Sampler:
         row.server_cpu = sum(known) if known else None
         tree = [self.cores(self.tree.get(pid), ticks, seconds) for pid, ticks in later.tree.items()]
         row.tree_cpu = sum(c for c in tree if c is not None) if any(c is not None for c in tree) else None
+        consumers = [
+            self.cores(self.tree.get(pid), ticks, seconds)
+            for pid, ticks in later.tree.items()
+            if pid in self.consumers and pid in later.consumers
+        ]
+        row.consumer_cpu = sum(c for c in consumers if c is not None) if consumers else None
         row.loadgen_cpu = self.cores(self.loadgen, later.loadgen, seconds)
         kafka = [self.cores(a, b, seconds) for a, b in zip(self.kafka, later.kafka, strict=True)]
         row.kafka_cpu = sum(k for k in kafka if k is not None) if any(k is not None for k in kafka) else None
         row.machine_cpu = self.cores(self.machine, later.machine, seconds)
         return max(known) if known else None
+
+
+def _runs_consumer(pid: int) -> bool:
+    """Whether `pid` is a consumer process or a decoder process (`python -m streams.kafka.<module>`)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(part.startswith(b"streams.kafka.") for part in command)
 
 
 class Scenario(harness.Scenario):
@@ -352,6 +369,12 @@ def run_cell(opts: Options, clients: int, rate: int, *, coalescing_off: bool = F
             row.notes.append(f"{report['lost']} streams closed by the server during the window")
         sc.fill_server_state(row)
         row.saturated = saturation(row, busiest)
+        if row.consumer_cpu is not None:
+            per_record = row.consumer_cpu / rate * 1e6 / max(1, opts.processes)
+            row.notes.append(
+                f"consumer processes (fetch, history host, their decoders): {row.consumer_cpu:.3f} cores, "
+                f"{per_record:.0f} µs CPU per record fetched"
+            )
     apply_targets(row, targets_for(clients, rate, coalescing_off))
     return row
 
