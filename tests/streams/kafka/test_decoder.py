@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +16,7 @@ import pytest
 
 from streams.codecs.schemas import CatalogSpec, InlineSchema, ModelSpec, TopicModels
 from streams.kafka import decoding
-from streams.kafka.decoder import Decoder
+from streams.kafka.decoder import ROOT, Decoder
 from streams.kafka.decoder_process import Slot
 from streams.kafka.decoding import Budgets, Decoding, Models
 from streams.kafka.records import RecordTuple
@@ -132,3 +134,15 @@ def test_any_exception_while_decoding_skips_the_record_as_crashed(monkeypatch: p
     found.use(models())
     assert found.record("t", record(0, SMALL)) is None
     assert found.tally.take() == ({("t", "crashed"): 1}, {})
+
+
+def test_the_consumer_and_decoder_processes_import_no_django() -> None:
+    # They run as `python -m` children of the worker and read no settings: what they need comes over their socket.
+    code = (
+        "import sys, streams.kafka.fetch_process, streams.kafka.decoder_process; "
+        "print(sorted(name for name in sys.modules if name.split('.')[0] in ('django', 'rest_framework')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, env={
+        key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"
+    })  # fmt: skip
+    assert done.stdout.strip() == "[]"
