@@ -64,6 +64,7 @@ class Row:
     server_cpu: float | None = None
     tree_cpu: float | None = None  # the server and all its descendants (workers, fetch and host processes)
     consumer_cpu: float | None = None  # the consumer processes and their decoders (`python -m streams.kafka.*`)
+    consumer_parts: dict[str, float] = field(default_factory=dict)  # the same by module
     all_back_s: float | None = None  # storm: until every client had its first event after resuming
     server_rss_mb: float | None = None
     worker_rss_mb: float | None = None  # the largest server process's
@@ -211,7 +212,7 @@ class Sampler:
         self.at = time.monotonic()
         self.server = {pid: cpu_ticks(pid) for pid in server_pids}
         self.tree = {pid: cpu_ticks(pid) for pid in tree_pids}
-        self.consumers = {pid for pid in tree_pids if _runs_consumer(pid)}
+        self.consumers = {pid: module for pid in tree_pids if (module := _consumer_module(pid))}
         self.loadgen = cpu_ticks(loadgen)
         self.kafka = [cpu_ticks(pid) for pid in kafka]
         self.machine = machine_ticks()[0]
@@ -230,12 +231,12 @@ class Sampler:
         row.server_cpu = sum(known) if known else None
         tree = [self.cores(self.tree.get(pid), ticks, seconds) for pid, ticks in later.tree.items()]
         row.tree_cpu = sum(c for c in tree if c is not None) if any(c is not None for c in tree) else None
-        consumers = [
-            self.cores(self.tree.get(pid), ticks, seconds)
-            for pid, ticks in later.tree.items()
-            if pid in self.consumers and pid in later.consumers
-        ]
-        row.consumer_cpu = sum(c for c in consumers if c is not None) if consumers else None
+        row.consumer_parts = {}
+        for pid, module in self.consumers.items():
+            cores = self.cores(self.tree.get(pid), later.tree.get(pid), seconds)
+            if cores is not None and pid in later.consumers:
+                row.consumer_parts[module] = row.consumer_parts.get(module, 0.0) + cores
+        row.consumer_cpu = sum(row.consumer_parts.values()) if row.consumer_parts else None
         row.loadgen_cpu = self.cores(self.loadgen, later.loadgen, seconds)
         kafka = [self.cores(a, b, seconds) for a, b in zip(self.kafka, later.kafka, strict=True)]
         row.kafka_cpu = sum(k for k in kafka if k is not None) if any(k is not None for k in kafka) else None
@@ -243,13 +244,16 @@ class Sampler:
         return max(known) if known else None
 
 
-def _runs_consumer(pid: int) -> bool:
-    """Whether `pid` is a consumer process or a decoder process (`python -m streams.kafka.<module>`)."""
+def _consumer_module(pid: int) -> str | None:
+    """The module `pid` runs if it is a consumer or decoder process (`python -m streams.kafka.<module>`)."""
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
-        return False
-    return any(part.startswith(b"streams.kafka.") for part in command)
+        return None
+    found = next((part.decode() for part in command if part.startswith(b"streams.kafka.")), None)
+    if found is not None and command[-1] == b"host":
+        return f"{found} host"
+    return found
 
 
 class Scenario(harness.Scenario):
@@ -371,8 +375,9 @@ def run_cell(opts: Options, clients: int, rate: int, *, coalescing_off: bool = F
         row.saturated = saturation(row, busiest)
         if row.consumer_cpu is not None:
             per_record = row.consumer_cpu / rate * 1e6 / max(1, opts.processes)
+            parts = ", ".join(f"{name.rsplit('.', 1)[-1]} {cores:.3f}" for name, cores in row.consumer_parts.items())
             row.notes.append(
-                f"consumer processes (fetch, history host, their decoders): {row.consumer_cpu:.3f} cores, "
+                f"consumer processes (fetch, history host, their decoders): {row.consumer_cpu:.3f} cores ({parts}), "
                 f"{per_record:.0f} µs CPU per record fetched"
             )
     apply_targets(row, targets_for(clients, rate, coalescing_off))
