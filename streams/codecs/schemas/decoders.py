@@ -72,7 +72,7 @@ class _Framed:
     """A registry catalog's records: the schema by the id each one carries, if the model allows that id."""
 
     def __init__(
-        self, spec: ModelSpec, source: SchemaSource, topic: str, part: Part, budget: protobuf.Budget, limits: Limits
+        self, spec: ModelSpec, source: SchemaSource, topic: str, part: Part, *, budget: protobuf.Budget, limits: Limits
     ) -> None:
         self._format: SchemaFormat = _schema_format(spec)
         self._pinned = spec.schema_id
@@ -117,7 +117,7 @@ class _Inline:
     """An inline catalog's records: one schema, by subject and version, for every record."""
 
     def __init__(
-        self, spec: ModelSpec, source: SchemaSource, topic: str, part: Part, budget: protobuf.Budget, limits: Limits
+        self, spec: ModelSpec, source: SchemaSource, topic: str, part: Part, *, budget: protobuf.Budget, limits: Limits
     ) -> None:
         self._format: SchemaFormat = _schema_format(spec)
         self._budget = budget
@@ -210,5 +210,5 @@ def decoder_for(
     catalog = catalogs.specs[spec.catalog]
     budget = protobuf.Budget(catalog.protoc_timeout_s, catalog.protoc_max_bytes)
     if catalog.is_registry:
-        return _Framed(spec, source, topic, part, budget, limits)
-    return _Inline(spec, source, topic, part, budget, limits)
+        return _Framed(spec, source, topic, part, budget=budget, limits=limits)
+    return _Inline(spec, source, topic, part, budget=budget, limits=limits)
