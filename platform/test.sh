@@ -4,7 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export DJANGO_SETTINGS_MODULE=config.settings.test
 bin=.venv/bin
-echo "== ruff"; "$bin/ruff" check . && "$bin/ruff" format --check .
+# One command a line: under `set -e`, a failure on the left of `&&` does not stop the script.
+echo "== ruff"; "$bin/ruff" check .
+"$bin/ruff" format --check .
 echo "== mypy"; "$bin/mypy" .
 echo "== import-linter"; "$bin/lint-imports"
 [ "${1:-}" = "--lint-only" ] && exit 0
