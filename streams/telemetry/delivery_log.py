@@ -69,7 +69,7 @@ class DeliverySink(Protocol):
 
     def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1, *, live: bool) -> None:
         """A write of `batch` to `clients` clients at once (a fan-out group writes the same bytes to each);
-        `live`: the stream stood at the live end (streams/stream/pump.py, `Standing`), else it was catching up."""
+        `live`: the stream stood at the live end (streams/stream/intake.py, `Standing`), else it was catching up."""
 
 
 class DeliverySinks:

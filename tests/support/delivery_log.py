@@ -1,4 +1,5 @@
-"""Reading a delivery-log topic back in tests, row by row, as the rollup would (without Spark)."""
+"""Reading a delivery-log topic back in tests, row by row, as the rollup would (without Spark); and a delivery sink
+that only counts."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import fastavro
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from django.conf import settings
 
+from streams.telemetry.delivery_log import Batch
 from streams.telemetry.delivery_schema import HEADER, avro_batch_schema, header_value
 
 Message = tuple[int, bytes, dict[str, bytes], bytes]
@@ -52,3 +54,22 @@ def log_rows(topic: str, table: str) -> list[dict[str, Any]]:
         if headers.get(HEADER) == header_value(table):
             rows.extend(fastavro.schemaless_reader(io.BytesIO(value), schema, None))  # type: ignore[arg-type]
     return rows
+
+
+class CountingLog:
+    """A delivery sink that counts the events it is told of, times the clients they went to: all, and those of
+    catching-up streams."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.events = self.catchup = 0
+
+    def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1, *, live: bool) -> None:
+        self.events += len(batch) * clients
+        if not live:
+            self.catchup += len(batch) * clients
+
+    @property
+    def live(self) -> int:
+        return self.events - self.catchup
