@@ -65,7 +65,7 @@ def test_history_older_than_the_window_is_read_and_handed_over_to_it(
         live = streams(topic, start=LIVE)  # opens the window at the end: offset 20
         replay = streams(topic)  # from offset 0: a historical reader, then the window
         wait_until(lambda: replay.values == [str(index) for index in range(20)])
-        wait_until(lambda: replay.pump.reader.history is None)  # handed over: its reader is closed
+        wait_until(lambda: replay.pump.reader.replay.history is None)  # handed over: its reader is closed
         produce(topic, b"20")
         wait_until(lambda: replay.values[-1] == "20" and live.values == ["20"])
         assert len(replay.values) == 21
