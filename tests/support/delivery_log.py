@@ -1,9 +1,10 @@
-"""Reading a delivery-log topic back in tests, row by row, as the rollup would (without Spark); and a delivery sink
-that only counts."""
+"""The delivery log in tests: a log on a test's topic, its rows read back row by row as the rollup would (without
+Spark), and a delivery sink that only counts."""
 
 from __future__ import annotations
 
 import io
+import time
 import uuid
 from typing import Any
 
@@ -11,10 +12,28 @@ import fastavro
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from django.conf import settings
 
-from streams.telemetry.delivery_log import Batch
-from streams.telemetry.delivery_schema import HEADER, avro_batch_schema, header_value
+from streams.kafka.client import Record
+from streams.telemetry.delivery_log import Batch, DeliveryLog, StreamRow
+from streams.telemetry.delivery_schema import HEADER, Start, avro_batch_schema, header_value
+from streams.telemetry.log_writer import LogTopic
 
 Message = tuple[int, bytes, dict[str, bytes], bytes]
+
+
+def topic_log(topic: str, **options: Any) -> DeliveryLog:
+    return DeliveryLog(LogTopic(settings.KAFKA, topic, partitions=2, node="n1"), salt=b"s", **options)
+
+
+def record(partition: int, offset: int, age_ms: int = 5) -> Record:
+    return Record(partition, offset, None, b"{}", (), timestamp_ms=int(time.time() * 1000) - age_ms)
+
+
+def stream_row(**fields: Any) -> StreamRow:
+    defaults: dict[str, Any] = {
+        "route": "items", "endpoint": "default", "topic": "items", "path": "/items", "identity": None,
+        "client": "c", "user_agent": "chrome", "start": Start.FRESH,
+    }  # fmt: skip
+    return StreamRow(**{**defaults, **fields})
 
 
 def log_messages(topic: str, timeout: float = 10.0) -> list[Message]:
