@@ -10,7 +10,8 @@ schema registry client the decoders ask for a record's schema; its answers are c
 - `sources`: where schemas come from (`Catalogs`, the inline catalog); `registry`: the registry client.
 - `limits`: `Limits`, the bounds on the work one record may cost.
 - `framing`: the registry's magic byte, schema id and Protobuf message indexes.
-- `avro`, `protobuf`, `json_values`, `scalars`, `floats`: each model's bytes to JSON values.
+- `avro`, `protobuf`, `json_values`, `scalars`, `floats`: each model's bytes to JSON values; `avro_shape`: an Avro
+  record walked against the limits before fastavro reads it.
 
 The JSON each model gives is described in docs/schemas.md.
 """
