@@ -2,8 +2,9 @@
 
 Reads come from the process's cache window of each partition; what the window no longer holds (the stream
 starts before it, or eviction overtook a slow client) is the reader's `Replay`, read through a `History`, a
-short-lived `HistoricalReader` that hands over to the window offset by offset, with no gap and no duplicate. Records become bytes through the
-stream's `Subscription`. Nothing here writes to a client: that is the pump's half (streams/stream/pump.py).
+short-lived `HistoricalReader` that hands over to the window offset by offset, with no gap and no duplicate.
+Records become bytes through the stream's `Subscription`. Nothing here writes to a client: that is the pump's
+half (streams/stream/pump.py).
 """
 
 from __future__ import annotations
