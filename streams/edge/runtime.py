@@ -46,8 +46,9 @@ from streams.server.bodies import HeldBodies
 from streams.server.peers import PeerStats
 from streams.server.reaping import ServerConnections
 from streams.telemetry.counters import StreamStats
-from streams.telemetry.delivery_log import DeliveryLog, DeliverySinks, LogTopic
+from streams.telemetry.delivery_log import DeliveryLog, DeliverySinks
 from streams.telemetry.delivery_schema import End, Start
+from streams.telemetry.log_writer import LogTopic
 
 # What a process's hub counts, all zero before its first stream starts the hub.
 IDLE_COUNTERS = (

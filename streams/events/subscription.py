@@ -56,44 +56,17 @@ class SubscriptionOptions:
 _SHARED_OPTIONS: weakref.WeakValueDictionary[SubscriptionOptions, SubscriptionOptions] = weakref.WeakValueDictionary()
 
 
-class Subscription:
-    def __init__(
-        self,
-        progress: Mapping[int, int],
-        *,
-        ends: Mapping[int, int],
-        starts: Mapping[int, int],
-        options: SubscriptionOptions,
-        log_batches: bool = False,
-    ) -> None:
-        """`ends`: each partition's end as of subscribe time; `starts`: the first offset to be read.
-        `log_batches`: keep each delivered record and its size until `take_batch()`, for the delivery log."""
+class Progress:
+    """Where a subscription stands, as its event ids say it: each partition's next offset (`progress`), its
+    encoded entry (kept so that an id re-encodes only the partition that moved), the id text once encoded, and
+    the events delivered to get there. The dicts are replaced, never changed in place, so subscriptions in one
+    place share them (`standpoint`, `adopt`). The base of `Subscription`, whose feeding moves it."""
+
+    def __init__(self, progress: Mapping[int, int]) -> None:
         self.progress = dict(progress)
-        # Each partition's encoded entry, kept so that an id re-encodes only the partition that moved.
         self._parts = {p: encode_pair(p, o) for p, o in self.progress.items()}
         self._text: bytes | None = None
-        self.options = options.shared()
-        self._ends = dict(ends)
-        self._reached: set[int] = {p for p, end in self._ends.items() if starts.get(p, end) >= end}
-        # Compacted topics: records held back per partition until it reaches its end, latest per key.
-        self._held: dict[int, dict[object, Record]] = (
-            {p: {} for p in self._ends if p not in self._reached} if options.compacted else {}
-        )
-        self._caught_up_sent = not options.caught_up
         self.delivered = 0
-        self.batch: list[tuple[Record, int]] | None = [] if log_batches else None
-
-    @property
-    def settled(self) -> bool:
-        """Nothing held back and nothing still to announce: the output then depends only on the options, the
-        progress and the records, so subscriptions equal in those write the same bytes."""
-        return not self._held and self._caught_up_sent
-
-    @property
-    def reached_ends(self) -> bool:
-        """Every partition was read up to its end as of subscribe time (where `caught-up` is due): from here on,
-        what the stream reads was produced after it began."""
-        return len(self._reached) >= len(self._ends)
 
     def standpoint(self) -> Position:
         """Its `position`, not copied, for subscriptions that take it as it is (`adopt`): `progress` and the
@@ -117,6 +90,49 @@ class Subscription:
         self._parts = dict(position.parts)
         self._text = position.text
         self.delivered += delivered
+
+
+class Subscription(Progress):
+    """One stream's view of a topic (the module's docstring says what it does): where it stands (`Progress`),
+    each partition's end as of subscribe time and whether it was reached, and on compacted topics what is held
+    back until then."""
+
+    def __init__(
+        self,
+        progress: Mapping[int, int],
+        *,
+        ends: Mapping[int, int],
+        starts: Mapping[int, int],
+        options: SubscriptionOptions,
+        log_batches: bool = False,
+    ) -> None:
+        """`ends`: each partition's end as of subscribe time; `starts`: the first offset to be read.
+        `log_batches`: keep each delivered record and its size until `take_batch()`, for the delivery log."""
+        super().__init__(progress)
+        self.options = options.shared()
+        self._ends = dict(ends)
+        self._reached: set[int] = {p for p, end in self._ends.items() if starts.get(p, end) >= end}
+        # Compacted topics: records held back per partition until it reaches its end, latest per key.
+        self._held: dict[int, dict[object, Record]] = (
+            {p: {} for p in self._ends if p not in self._reached} if options.compacted else {}
+        )
+        self._caught_up_sent = not options.caught_up
+        self.batch: list[tuple[Record, int]] | None = [] if log_batches else None
+
+    @property
+    def settled(self) -> bool:
+        """Nothing held back and nothing still to announce: the output then depends only on the options, the
+        progress and the records, so subscriptions equal in those write the same bytes."""
+        return not self._held and self._caught_up_sent
+
+    @property
+    def reached_ends(self) -> bool:
+        """Every partition was read up to its end as of subscribe time (where `caught-up` is due): from here on,
+        what the stream reads was produced after it began."""
+        return len(self._reached) >= len(self._ends)
+
+    def take(self, position: Position, delivered: int) -> None:
+        super().take(position, delivered)
         if len(self._reached) < len(self._ends):  # what it took may reach its ends, as if fed
             self._reached.update(p for p, end in self._ends.items() if self.progress.get(p, -1) >= end)
 

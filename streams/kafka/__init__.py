@@ -2,8 +2,12 @@
 
 Holds `client` (records, topic metadata and historical reads, off the event loop), `admin` (topic
 administration), `fetcher` (one consumer per web process, in a child process), `fetch_process` (the child
-processes themselves, run as `python -m streams.kafka.fetch_process`), `consumer_host` (the historical
-readers' consumers) and `pipe` (what a child process sends the worker over its socket).
+processes themselves, run as `python -m streams.kafka.fetch_process`), `consumer_host` and `host_process` (the
+historical readers' consumers, from the worker's side and in their process), `pipe` (what a child process sends
+the worker over its socket), `records` (a fetched record as a tuple), `process_logs` (how child processes log),
+and decoding where records are fetched: `decoding` (a record's key and value to JSON), `decode_queue` (records on
+their way to be decoded), `decoder` and `decoder_process` (the process they are decoded in, from its owner's side
+and its own).
 
 May import `streams.codecs` and `config.kafka_settings`; nothing else of the project.
 """

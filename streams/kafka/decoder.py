@@ -2,8 +2,9 @@
 what a record does while it is decoded ends at most that process, never its owner (decision 0012).
 
 One job at a time: `submit(entries)`, then `collect(wait)` gives one result per entry once all are in (None until
-then; the results are those of streams/kafka/decoder_process.py). `collect` is also the watch, so the owner calls
-it often (every turn of its loop):
+then; the results are those of streams/kafka/decoder_process.py). The process itself, its socket and the slot it
+says what it is on in are the decoder's `Child`. `collect` is also the watch, so the owner calls it often (every
+turn of its loop):
 
 - **the decoder died** while it decoded a record (a crash in a C extension, the kernel's OOM killer): that record,
   read from the shared slot, is skipped as `crashed`, logged with its topic, partition and offset and counted,
@@ -50,40 +51,30 @@ Entry = tuple[str, RecordTuple]  # (topic, record)
 
 
 class Decoder:
+    """The owner's side of its decoder: one job at a time, its results as they come in, and what a death of the
+    decoder process (`Child`) costs: the record it was on, or a backoff before the next start."""
+
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self.models = Models()
         self.tally = Tally()  # what this owner's decoders decoded and skipped since the owner last took it
-        self._slot_fd = os.memfd_create("decoder-slot")
-        os.ftruncate(self._slot_fd, Slot.LAYOUT.size)
-        self.slot = Slot(self._slot_fd)  # what the decoder is on: read while it works and after it died
-        self._process: subprocess.Popen[bytes] | None = None
-        self._conn: Connection | None = None
-        self._readable: select.poll | None = None  # the decoder's answer or its end, on `_conn`
+        self.child = Child(clock)
         self._job = 0
         self._entries: list[Entry] | None = None
         self._results: list[object] = []
         self._sent: list[int] = []  # the entries (by index) the decoder has in its job
-        self._watch: tuple[int, float] | None = None  # (record begun, when first seen)
-        self._killed = False
         self._start_at = 0.0
         self.deaths = 0  # in a row, with no record begun
-        self.started = 0  # decoder processes started
         self.poison: dict[tuple[str, int, int], None] = {}  # (topic, partition, offset) of records that ended one
 
     @property
     def busy(self) -> bool:
         return self._entries is not None
 
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
     def use(self, models: Models) -> None:
         """Decode with `models` from now on (a decoder started later is given them first)."""
         self.models = models
-        if self._conn is not None:
-            self._send(("models", models))
+        self.child.send(("models", models))
 
     def submit(self, entries: list[Entry]) -> None:
         if self._entries is not None:
@@ -111,34 +102,29 @@ class Decoder:
         while True:
             if not self._sent:  # every entry has its result (or the job was given up)
                 return self._finish()
-            if self._conn is None:  # waiting to start another decoder
+            if self.child.conn is None:  # waiting to start another decoder
                 if self._clock() >= self._start_at:
                     self._send_job()
                     continue
             elif self._answered(max(0.0, min(deadline - self._clock(), WATCH_S))):
                 continue
-            elif self._process is not None and (self._process.poll() is not None or self._overdue()):
+            elif self.child.gone(self._job, self.models.budgets.record_ms):
                 self._lost()
                 continue
             if self._clock() >= deadline:
                 return None
-            if self._conn is None:
+            if self.child.conn is None:
                 time.sleep(min(WATCH_S, max(0.0, self._start_at - self._clock())))
 
     def close(self) -> None:
-        self._stop_process()
-        with contextlib.suppress(OSError):
-            self.slot.memory.close()
-            os.close(self._slot_fd)
+        self.child.close()
 
     def _answered(self, wait: float) -> bool:
         """Whether the decoder's answer came (or the decoder went away) within `wait` s."""
-        conn, readable = self._conn, self._readable
+        conn, readable = self.child.conn, self.child.readable
         if conn is None or readable is None:
             return False
         try:
-            # A poll object made once per decoder: `Connection.poll` builds a selector each call, which costs as
-            # much as a small record's decoding.
             if not readable.poll(wait * 1000):
                 return False
             _, job, results, skipped, decoded = conn.recv()
@@ -154,26 +140,12 @@ class Decoder:
         self.tally.decoded.update(decoded)
         return True
 
-    def _overdue(self) -> bool:
-        sequence, job, _, state = self.slot.read()
-        if state != Slot.RECORD or job != self._job:
-            self._watch = None
-            return False
-        now = self._clock()
-        if self._watch is None or self._watch[0] != sequence:
-            self._watch = (sequence, now)
-            return False
-        if now - self._watch[1] <= self.models.budgets.record_ms / 1000:
-            return False
-        self._killed = True
-        return True
-
     def _lost(self) -> None:
         """The decoder died, or is killed for running past the budget: skip the record it was on, if it was on one,
         and send the rest of the job to another."""
-        killed, self._killed = self._killed, False
-        code = self._stop_process()
-        _, job, index, state = self.slot.read()
+        killed, self.child.killed = self.child.killed, False
+        code = self.child.stop()
+        _, job, index, state = self.child.slot.read()
         if state != Slot.IDLE and job == self._job and index < len(self._sent) and self._entries is not None:
             position = self._sent[index]
             topic, record = self._entries[position]
@@ -207,42 +179,84 @@ class Decoder:
         self._sent = [position for position, result in enumerate(self._results) if result is _UNSET]
         if not self._sent:
             return
-        if self._conn is None:
-            self._start()
+        if self.child.conn is None:
+            self.child.start(self.models)
         self._job += 1
-        self._watch = None
-        self._send(("decode", self._job, [self._entries[position] for position in self._sent]))
+        self.child.watch = None
+        self.child.send(("decode", self._job, [self._entries[position] for position in self._sent]))
 
     def _finish(self) -> list[Result]:
         results = [cast(Result, result) for result in self._results]  # every one is set by now
         self._entries, self._results = None, []
         return results
 
-    def _send(self, message: tuple[object, ...]) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(OSError):  # the decoder died: the watch notices
-                self._conn.send(message)
 
-    def _start(self) -> None:
+class Child:
+    """One decoder process at a time, from its owner's side: started with the models it decodes with, sent jobs,
+    watched through the slot it says what it is on in (read while it works and after it died), and killed, never
+    asked to stop. `started` counts the processes started."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._slot_fd = os.memfd_create("decoder-slot")
+        os.ftruncate(self._slot_fd, Slot.LAYOUT.size)
+        self.slot = Slot(self._slot_fd)  # what the decoder is on: read while it works and after it died
+        self.process: subprocess.Popen[bytes] | None = None
+        self.conn: Connection | None = None
+        self.readable: select.poll | None = None  # the decoder's answer, or its end, on `conn`
+        self.watch: tuple[int, float] | None = None  # (record begun, when first seen)
+        self.killed = False  # for running past its budget: told once to whoever handles the loss
+        self.started = 0  # decoder processes started
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def start(self, models: Models) -> None:
         self.slot.memory[:] = bytes(Slot.LAYOUT.size)
         ours, theirs = socket.socketpair()
         with theirs:
-            self._process = subprocess.Popen(
+            self.process = subprocess.Popen(
                 [
                     sys.executable, "-m", "streams.kafka.decoder_process", str(theirs.fileno()),
-                    str(self._slot_fd), str(self.models.budgets.memory_mb),
+                    str(self._slot_fd), str(models.budgets.memory_mb),
                 ],
                 cwd=ROOT, pass_fds=(theirs.fileno(), self._slot_fd), stdin=subprocess.DEVNULL,
             )  # fmt: skip
-        self._conn = Connection(ours.detach())
-        self._readable = select.poll()
-        self._readable.register(self._conn.fileno(), select.POLLIN)
+        self.conn = Connection(ours.detach())
+        self.readable = select.poll()  # made once: `Connection.poll` builds a selector each call
+        self.readable.register(self.conn.fileno(), select.POLLIN)
         self.started += 1
-        self._send(("models", self.models))
+        self.send(("models", models))
 
-    def _stop_process(self) -> int | None:
-        process, conn = self._process, self._conn
-        self._process = self._conn = self._readable = None
+    def send(self, message: tuple[object, ...]) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(OSError):  # the decoder died: the watch notices
+                self.conn.send(message)
+
+    def gone(self, job: int, record_ms: int) -> bool:
+        """Whether the process ended, or is to be killed: its record of `job` has run past `record_ms`."""
+        return self.process is not None and (self.process.poll() is not None or self._overdue(job, record_ms))
+
+    def _overdue(self, job: int, record_ms: int) -> bool:
+        sequence, seen, _, state = self.slot.read()
+        if state != Slot.RECORD or seen != job:
+            self.watch = None
+            return False
+        now = self._clock()
+        if self.watch is None or self.watch[0] != sequence:
+            self.watch = (sequence, now)
+            return False
+        if now - self.watch[1] <= record_ms / 1000:
+            return False
+        self.killed = True
+        return True
+
+    def stop(self) -> int | None:
+        """Kill the process, if any; its exit code."""
+        process, conn = self.process, self.conn
+        self.process = self.conn = None
+        self.readable = None
         if conn is not None:
             conn.close()
         if process is None:
@@ -250,6 +264,12 @@ class Decoder:
         if process.poll() is None:
             process.kill()
         return process.wait()
+
+    def close(self) -> None:
+        self.stop()
+        with contextlib.suppress(OSError):
+            self.slot.memory.close()
+            os.close(self._slot_fd)
 
 
 def _how(code: int | None) -> str:

@@ -24,9 +24,9 @@ Messages (child to parent), tuples:
 
 A record tuple is (partition, offset, key, value, headers, timestamp_ms), key and value decoded. A record that does
 not decode is left out (the cache window has a gap there, as for a transaction marker). A partition whose
-registry cannot be reached waits (`DecodeQueue`): paused in the consumer whatever the parent says, its records from
-the first undecoded one held and tried again every second, its end not reported until they are out. The child
-exits when its socket closes (the parent went away).
+registry cannot be reached waits (`DecodeQueue`): paused in the consumer whatever the parent says (`Partitions`),
+its records from the first undecoded one held and tried again every second, its end not reported until they are
+out. The child exits when its socket closes (the parent went away).
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streams.kafka.decode_queue import DecodeQueue
 from streams.kafka.decoder import Decoder
@@ -64,28 +64,118 @@ TOPIC_GONE = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, Kafka
 TOPIC_GONE.add(getattr(KafkaError, "UNKNOWN_TOPIC_ID", KafkaError.UNKNOWN_TOPIC_OR_PART))
 
 
+class Partitions:
+    """The consumer's partitions, which its assignment and pauses follow, here only: the epoch each is assigned
+    under (`polling`), those the parent paused, and those the decode queue blocks (paused besides, whatever the
+    parent says, until the queue lets them go)."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.polling: dict[Key, int] = {}  # the epoch each partition is assigned under
+        self.known: dict[str, set[int]] = {}  # topics in the consumer's metadata cache, with their partitions
+        self.paused: set[Key] = set()  # paused by the parent (a blocked partition is paused besides)
+        self.blocked: set[Key] = set()  # paused while the queue blocks them
+
+    def mine(self, keys: Iterable[Key]) -> list[Key]:
+        """The partitions of `keys` this consumer has (a new process is given them again, in order)."""
+        return [(topic, partition) for topic, partition in keys if (topic, partition) in self.polling]
+
+    def assign(self, topic: str, partition: int, offset: int, epoch: int) -> None:
+        if partition not in self.known.get(topic, ()):
+            # Without the topic in its metadata cache, the consumer waits for its next refresh (about a second)
+            # before fetching a newly assigned partition; asking for it now makes the first fetch immediate. A
+            # partition added to a topic it knows would wait for the periodic refresh, minutes.
+            with contextlib.suppress(KafkaException):  # unreachable: assigned all the same, fetched once it answers
+                found = self.consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S).topics.get(topic)
+                self.known[topic] = set(found.partitions) if found is not None else set()
+        self.polling[(topic, partition)] = epoch
+        self.consumer.incremental_assign([TopicPartition(topic, partition, offset)])
+
+    def unassign(self, keys: Iterable[Key]) -> list[Key]:
+        """Unassign the partitions of `keys` this consumer has; returns them."""
+        if not (mine := self.mine(keys)):
+            return mine
+        partitions = _partitions(mine)
+        self.consumer.resume(partitions)  # librdkafka would keep a pause across the next assignment
+        self.consumer.incremental_unassign(partitions)
+        for key in mine:
+            del self.polling[key]
+        for topic in {topic for topic, _ in mine} - {topic for topic, _ in self.polling}:
+            self.known.pop(topic, None)
+        self.paused.difference_update(mine)
+        self.blocked.difference_update(mine)
+        return mine
+
+    def pause(self, keys: Iterable[Key]) -> None:
+        if mine := self.mine(keys):
+            self.paused.update(mine)
+            self.consumer.pause(_partitions(mine))
+
+    def resume(self, keys: Iterable[Key]) -> None:
+        mine = self.mine(keys)
+        self.paused.difference_update(mine)
+        if fetch := [key for key in mine if key not in self.blocked]:  # a blocked partition stays paused
+            self._fetch(fetch)
+
+    def block(self, blocked: set[Key]) -> None:
+        """Pause the partitions the queue now blocks, and fetch again those it no longer blocks, unless the parent
+        paused them."""
+        blocked = blocked & self.polling.keys()
+        if stop := blocked - self.blocked:  # the consumer fetches nothing newer while they wait
+            self.consumer.pause(_partitions(stop))
+        if fetch := [key for key in self.blocked - blocked if key in self.polling and key not in self.paused]:
+            self._fetch(fetch)
+        self.blocked = blocked
+
+    def _fetch(self, keys: list[Key]) -> None:
+        """Fetch the partitions again, now. librdkafka's fetcher only notices a resumed partition at its next
+        wake-up, up to a second later (a reconnect storm's clients all waited that second); a seek to the
+        position the pause kept, the same offset, wakes it at once."""
+        partitions = _partitions(keys)
+        self.consumer.resume(partitions)
+        with contextlib.suppress(KafkaException):
+            # A partition paused before its first record has no position yet; it waits for the wake-up.
+            for found in self.consumer.position(partitions):
+                if found.offset >= 0:
+                    self.consumer.seek(found)
+
+    def watermarks(self) -> tuple[dict[Key, int], dict[Key, int]]:
+        """Kafka's end and start of each assigned partition, from what librdkafka keeps of the last fetch response
+        (the start moves when records are deleted or pass retention)."""
+        highs, lows = {}, {}
+        for key in self.polling:
+            with contextlib.suppress(KafkaException):
+                low, high = self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+                if high >= 0:
+                    highs[key] = high
+                if low >= 0:
+                    lows[key] = low
+        return highs, lows
+
+
 class Fetch:
+    """The child's loop: the parent's commands, then a poll, the decoder's turn and the watermarks, while it has
+    partitions (`Partitions`) and room for a batch in flight."""
+
     def __init__(self, conn: Connection, config: dict[str, Any], batch_size: int) -> None:
         self.conn, self.batch_size = conn, batch_size
         self.consumer = Consumer({**config, "enable.partition.eof": True})
-        self.polling: dict[Key, int] = {}  # the epoch each partition is assigned under
-        self.known: dict[str, set[int]] = {}  # topics in the consumer's metadata cache, with their partitions
+        self.partitions = Partitions(self.consumer)
         self.in_flight = 0
         self.highs_due = 0.0
-        self.paused: set[Key] = set()  # paused by the parent (a blocked partition is paused besides)
         self.models = Models()
         self.decoded_topics: dict[str, bool] = {}  # whether a topic's records go through the decoder
         self.decoder = Decoder()
         self.queue = DecodeQueue()
-        self.blocked: set[Key] = set()  # paused while the queue blocks them
         self.waiting_said: dict[Key, str] = {}
 
     def run(self) -> None:
+        polling = self.partitions.polling
         try:
             while True:
-                if not self.commands(0.1 if not self.polling or self.in_flight >= MAX_BATCHES_IN_FLIGHT else 0):
+                if not self.commands(0.1 if not polling or self.in_flight >= MAX_BATCHES_IN_FLIGHT else 0):
                     return
-                if self.polling and self.in_flight < MAX_BATCHES_IN_FLIGHT:
+                if polling and self.in_flight < MAX_BATCHES_IN_FLIGHT:
                     self.poll(DECODING_POLL_S if self.decoder.busy else POLL_S)
                     self.pump()
                     self.note_highs()
@@ -120,59 +210,17 @@ class Fetch:
             log.exception("fetcher command %s failed", name)
 
     def do_assign(self, topic: str, partition: int, offset: int, epoch: int) -> None:
-        key = (topic, partition)
-        if key in self.polling:
-            self.do_unassign([key])
-        if partition not in self.known.get(topic, ()):
-            # Without the topic in its metadata cache, the consumer waits for its next refresh (about a second)
-            # before fetching a newly assigned partition; asking for it now makes the first fetch immediate. A
-            # partition added to a topic it knows would wait for the periodic refresh, minutes.
-            with contextlib.suppress(KafkaException):  # unreachable: assigned all the same, fetched once it answers
-                found = self.consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S).topics.get(topic)
-                self.known[topic] = set(found.partitions) if found is not None else set()
-        self.polling[key] = epoch
-        self.consumer.incremental_assign([TopicPartition(topic, partition, offset)])
-
-    def mine(self, keys: Iterable[Key]) -> list[Key]:
-        """The partitions of `keys` this consumer has (a new process is given them again, in order)."""
-        return [(topic, partition) for topic, partition in keys if (topic, partition) in self.polling]
+        self.do_unassign([(topic, partition)])  # one assigned already is moved: assigned anew
+        self.partitions.assign(topic, partition, offset, epoch)
 
     def do_unassign(self, keys: Iterable[Key]) -> None:
-        if not (mine := self.mine(keys)):
-            return
-        partitions = _partitions(mine)
-        self.consumer.resume(partitions)  # librdkafka would keep a pause across the next assignment
-        self.consumer.incremental_unassign(partitions)
-        for key in mine:
-            del self.polling[key]
-        for topic in {topic for topic, _ in mine} - {topic for topic, _ in self.polling}:
-            self.known.pop(topic, None)
-        self.paused.difference_update(mine)
-        self.blocked.difference_update(mine)
-        self.queue.drop(mine)
+        self.queue.drop(self.partitions.unassign(keys))
 
     def do_pause(self, keys: Iterable[Key]) -> None:
-        if mine := self.mine(keys):
-            self.paused.update(mine)
-            self.consumer.pause(_partitions(mine))
+        self.partitions.pause(keys)
 
     def do_resume(self, keys: Iterable[Key]) -> None:
-        mine = self.mine(keys)
-        self.paused.difference_update(mine)
-        if fetch := [key for key in mine if key not in self.blocked]:  # a blocked partition stays paused
-            self.resume(fetch)
-
-    def resume(self, keys: list[Key]) -> None:
-        """Fetch the partitions again, now. librdkafka's fetcher only notices a resumed partition at its next
-        wake-up, up to a second later (a reconnect storm's clients all waited that second); a seek to the
-        position the pause kept, the same offset, wakes it at once."""
-        partitions = _partitions(keys)
-        self.consumer.resume(partitions)
-        with contextlib.suppress(KafkaException):
-            # A partition paused before its first record has no position yet; it waits for the wake-up.
-            for found in self.consumer.position(partitions):
-                if found.offset >= 0:
-                    self.consumer.seek(found)
+        self.partitions.resume(keys)
 
     def do_models(self, models: Models) -> None:
         if models != self.models:
@@ -198,19 +246,15 @@ class Fetch:
             self.decoder.submit(job)
             if (results := self.decoder.collect(ANSWER_WAIT_S)) is not None:
                 self.send_decoded(results)
-        blocked = self.queue.blocked() & self.polling.keys()
-        if stop := blocked - self.blocked:  # the consumer fetches nothing newer while they wait
-            self.consumer.pause(_partitions(stop))
-        if fetch := [key for key in self.blocked - blocked if key in self.polling and key not in self.paused]:
-            self.resume(fetch)
-        self.blocked = blocked
+        self.partitions.block(self.queue.blocked())
 
     def send_decoded(self, results: list[Any]) -> None:
         records, eof = self.queue.done(results)
         self.send_batch(records, eof)
 
     def send_batch(self, records: dict[Key, list[RecordTuple]], eof: list[Key]) -> None:
-        epochs = {key: self.polling[key] for key in [*records, *eof] if key in self.polling}
+        polling = self.partitions.polling
+        epochs = {key: polling[key] for key in [*records, *eof] if key in polling}
         if records or eof:
             self.in_flight += 1
             self.conn.send(("batch", records, eof, epochs))
@@ -224,22 +268,14 @@ class Fetch:
             self.conn.send(("decoding", skipped, decoded, waiting))
 
     def note_highs(self) -> None:
-        """Kafka's end and start of each assigned partition, from what librdkafka keeps of the last fetch response
-        (the start moves when records are deleted or pass retention)."""
+        """Kafka's end and start of each assigned partition (`Partitions.watermarks`), at most every
+        HIGHS_EVERY_S, after what was decoded."""
         now = time.monotonic()
         if now < self.highs_due:
             return
         self.highs_due = now + HIGHS_EVERY_S
         self.note_decoding()
-        highs, lows = {}, {}
-        for key in self.polling:
-            with contextlib.suppress(KafkaException):
-                low, high = self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
-                if high >= 0:
-                    highs[key] = high
-                if low >= 0:
-                    lows[key] = low
-        self.conn.send(("highs", highs, lows))
+        self.conn.send(("highs", *self.partitions.watermarks()))
 
     def poll(self, wait: float) -> None:
         # poll() returns as soon as one message is ready; consume(n, 0) then drains what is already fetched.
@@ -253,33 +289,43 @@ class Fetch:
                 break
             messages += more
             size += sum(len(m.value() or b"") for m in more)
-        fetched: dict[Key, list[RecordTuple]] = {}
-        ends: list[Key] = []
-        errors: dict[str, str] = {}
-        for message in messages:
-            error = message.error()
-            key = (message.topic() or "", message.partition() or 0)
-            if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                log.warning("kafka: %s", error.str())
-                if error.code() in TOPIC_GONE and message.topic():
-                    errors[key[0]] = error.name()
-                continue
-            if key not in self.polling:
-                continue  # fetched before its partition was unassigned
-            if error is None:
-                fetched.setdefault(key, []).append(record_tuple(message))
-            else:
-                ends.append(key)
+        polling = self.partitions.polling
+        fetched, ends, errors = _received(messages, polling)
         if errors:
             self.conn.send(("errors", errors))
         records: dict[Key, list[RecordTuple]] = {}
         for key, found in fetched.items():
             if key in self.queue or self.decodes(key[0]):
-                self.queue.add(key, self.polling[key], found)
+                self.queue.add(key, polling[key], found)
             else:
                 records[key] = found
         eof = [key for key in ends if self.queue.eof(key)]
         self.send_batch(records, eof)
+
+
+def _received(
+    messages: list[Message], assigned: Container[Key]
+) -> tuple[dict[Key, list[RecordTuple]], list[Key], dict[str, str]]:
+    """What a poll brought: the records of each assigned partition, the assigned partitions whose end it reached,
+    and the broker's errors about topics, by topic (each error logged)."""
+    fetched: dict[Key, list[RecordTuple]] = {}
+    ends: list[Key] = []
+    errors: dict[str, str] = {}
+    for message in messages:
+        error = message.error()
+        key = (message.topic() or "", message.partition() or 0)
+        if error is not None and error.code() != KafkaError._PARTITION_EOF:
+            log.warning("kafka: %s", error.str())
+            if error.code() in TOPIC_GONE and message.topic():
+                errors[key[0]] = error.name()
+            continue
+        if key not in assigned:
+            continue  # fetched before its partition was unassigned
+        if error is None:
+            fetched.setdefault(key, []).append(record_tuple(message))
+        else:
+            ends.append(key)
+    return fetched, ends, errors
 
 
 def _partitions(keys: Iterable[Key]) -> list[TopicPartition]:

@@ -1,9 +1,10 @@
 """The reading half of a stream: where it stands in each partition, and the records to send next.
 
 Reads come from the process's cache window of each partition; what the window no longer holds (the stream
-starts before it, or eviction overtook a slow client) comes from a `History`, a short-lived `HistoricalReader`
-that hands over to the window offset by offset, with no gap and no duplicate. Records become bytes through the
-stream's `Subscription`. Nothing here writes to a client: that is the pump's half (streams/stream/pump.py).
+starts before it, or eviction overtook a slow client) is the reader's `Replay`, read through a `History`, a
+short-lived `HistoricalReader` that hands over to the window offset by offset, with no gap and no duplicate.
+Records become bytes through the stream's `Subscription`. Nothing here writes to a client: that is the pump's
+half (streams/stream/pump.py).
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ class StreamReader:
     def __init__(
         self, cache: Cache, kafka: KafkaSettings, state: TopicState, subscription: Subscription, starts: dict[int, int]
     ) -> None:
-        self.cache, self.kafka, self.state, self.subscription = cache, kafka, state, subscription
+        self.cache, self.state, self.subscription = cache, state, subscription
         self.cursors = dict(starts)  # next offset to read, per partition
-        self.history: History | None = None  # reading what the window no longer holds
+        self.replay = Replay(kafka, cache, state.name)  # reads what the window no longer holds
 
     @property
     def topic(self) -> str:
@@ -58,7 +59,7 @@ class StreamReader:
 
     def busy(self) -> bool:
         """More to read right away: the history is still being read, or the window holds more."""
-        return self.history is not None or self.pending()
+        return self.replay.history is not None or self.pending()
 
     def lag_bytes(self) -> int:
         """Bytes the window holds past this stream's position: how far behind its client is."""
@@ -100,7 +101,7 @@ class StreamReader:
     def shared_key(self) -> tuple[object, ...] | None:
         """What a read from here depends on besides the route (streams/hub/shared_reads.py), or None when it depends on
         more: the history is being read, or the subscription holds records back."""
-        if self.history is not None or not self.subscription.settled:
+        if self.replay.history is not None or not self.subscription.settled:
             return None
         return (self.subscription.options, tuple(self.cursors.items()), tuple(self.subscription.progress.items()))
 
@@ -160,37 +161,74 @@ class StreamReader:
 
     async def read_history(self) -> bytes:
         """Records older than the cache window, from a short-lived reader that hands over to the window."""
+        records = await self.replay.take(self.cursors)
+        if records is None:
+            return b""
+        # The cursors as they are now, not as the take found them: the topic may have grown while it waited.
+        self.cursors = self.replay.past(self.cursors, records)
+        return self.subscription.feed(records) if records else b""
+
+    async def close_history(self) -> None:
+        """Close the historical reader, if any."""
+        await self.replay.close()
+
+
+class Replay:
+    """A stream's reads of what the cache windows no longer hold (its replayed events): a `History` while a
+    partition stands behind its window, a new one when eviction puts another partition behind, none once every
+    partition is back in its window. It reads the stream's cursors and says where they move; the stream's
+    reader moves them."""
+
+    def __init__(self, kafka: KafkaSettings, cache: Cache, topic: str) -> None:
+        self.kafka, self.cache, self.topic = kafka, cache, topic
+        self.history: History | None = None
+        # What the last take read through, and the partitions it read from where each stood, until `past`: that
+        # history, even if closed meanwhile (the stream ended), says where they move.
+        self.taken: tuple[History, dict[int, int]] | None = None
+
+    async def take(self, cursors: dict[int, int]) -> list[Record] | None:
+        """The next records from before the windows, from `cursors` on; None when there was nothing to read (no
+        partition is behind its window, or the reader's process died: the next take starts a new one from the
+        cursors then, so nothing is lost or repeated)."""
         behind = {}
-        for partition, cursor in self.cursors.items():
+        for partition, cursor in cursors.items():
             window = self.cache.log(self.topic, partition)
             if window is not None and cursor < window.start:
                 behind[partition] = cursor
         if not behind:
-            await self.close_history()
-            return b""
+            await self.close()
+            return None
         if self.history is not None and not behind.keys() <= self.history.partitions:
             # Eviction put another partition behind the window: read it too, from where each one stands.
-            await self.close_history()
+            await self.close()
         try:
             if self.history is None:
                 self.history = History(self.kafka, self.cache, self.topic, behind)
                 await self.history.start(behind)
             history = self.history
-            records = await history.take(self.cursors, behind)
+            records = await history.take(cursors, behind)
         except ConsumerLost:
-            # Its process died (a crash inside librdkafka, decision 0008): the next read starts a new reader from
-            # the cursors, so nothing is lost or repeated; a deleted topic's stream is ended by the hub.
-            await self.close_history()
+            # Its process died (a crash inside librdkafka, decision 0008): a deleted topic's stream is ended by
+            # the hub.
+            await self.close()
             await asyncio.sleep(HISTORY_POLL_S)
-            return b""
-        cursors = dict(self.cursors)
-        for record in records:
-            cursors[record.partition] = record.offset + 1
-        cursors.update(history.handed_over(cursors, behind))
-        self.cursors = cursors
-        return self.subscription.feed(records) if records else b""
+            return None
+        self.taken = (history, behind)
+        return records
 
-    async def close_history(self) -> None:
+    def past(self, cursors: dict[int, int], records: list[Record]) -> dict[int, int]:
+        """`cursors` moved past `records`, the last take's, and past what lies before the windows and holds
+        nothing to deliver (`History.handed_over`): a new dict, since cursors are never changed in place."""
+        taken, self.taken = self.taken, None
+        moved = dict(cursors)
+        for record in records:
+            moved[record.partition] = record.offset + 1
+        if taken is not None:  # always, right after a take that read
+            history, behind = taken
+            moved.update(history.handed_over(moved, behind))
+        return moved
+
+    async def close(self) -> None:
         """Close the historical reader, if any; it is let go first, so a cancelled close is never repeated."""
         history, self.history = self.history, None
         if history is not None:

@@ -7,21 +7,18 @@ Four tables (format: streams/telemetry/delivery_schema.py, docs/delivery-log.md)
 - per route, status, reason and second, a *refusal* row;
 - every `report_s` seconds, a *report* row: the process is alive and holds this many streams open.
 
-The event loop only adds to in-memory tallies, under a lock it holds for microseconds: a fan-out group's write
-is counted once, multiplied by the group's size. A thread hands the tallies to a Kafka producer every `flush_s`
-seconds (and at exit). Both buffers are bounded: past `max_rows` pending rows, new rows are dropped and counted
-(`dropped`), and so are rows the producer cannot take or deliver (`LogTopic`); no stream ever waits for the log.
-Losing the process loses at most the last flush interval of rows.
+The event loop only adds to in-memory tallies (`DeliveryLog`, here), under a lock it holds for microseconds: a
+fan-out group's write is counted once, multiplied by the group's size. A thread hands the tallies to a Kafka
+producer every `flush_s` seconds (and at exit): `LogWriter` and `LogTopic`, streams/telemetry/log_writer.py.
+Both buffers are bounded: past `max_rows` pending rows, new rows are dropped and counted (`dropped`), and so are
+rows the producer cannot take or deliver; no stream ever waits for the log. Losing the process loses at most the
+last flush interval of rows.
 """
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import hmac
-import io
-import logging
-import os
 import re
 import threading
 import time
@@ -29,33 +26,11 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Protocol
 
-import fastavro
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
-
-from config.kafka_settings import KafkaSettings
-from streams.kafka.admin import ensure_topic
 from streams.kafka.client import Record
-from streams.telemetry.delivery_schema import (
-    BATCH_ROWS,
-    DELIVERIES,
-    HEADER,
-    REFUSALS,
-    REPORTS,
-    SCHEMA_VERSION,
-    SESSIONS,
-    TABLES,
-    End,
-    Event,
-    Start,
-    avro_batch_schema,
-    bucket,
-    header_value,
-)
-
-log = logging.getLogger(__name__)
+from streams.telemetry.delivery_schema import End, Event, Start, bucket
+from streams.telemetry.log_writer import LogTopic, LogWriter, Tallies
 
 # A write's events: each record with the bytes its event took on the wire.
 Batch = Sequence[tuple[Record, int]]
@@ -69,7 +44,7 @@ class DeliverySink(Protocol):
 
     def delivered(self, route: str, topic: str, batch: Batch, clients: int = 1, *, live: bool) -> None:
         """A write of `batch` to `clients` clients at once (a fan-out group writes the same bytes to each);
-        `live`: the stream stood at the live end (streams/stream/pump.py, `Standing`), else it was catching up."""
+        `live`: the stream stood at the live end (streams/stream/intake.py, `Standing`), else it was catching up."""
 
 
 class DeliverySinks:
@@ -127,6 +102,10 @@ class StreamRow:
 
 
 class DeliveryLog:
+    """The event loop's side of the log: it adds each stream's rows and each write to tallies, under a lock held
+    for microseconds, and never waits; its `writer` thread takes the tallies and sends them
+    (streams/telemetry/log_writer.py)."""
+
     def __init__(
         self,
         topic: LogTopic | None,
@@ -138,7 +117,7 @@ class DeliveryLog:
     ) -> None:
         """`topic` None: logging is off, and every method returns at once."""
         self.topic = topic
-        self.salt, self.flush_s, self.report_s, self.max_rows = salt, flush_s, report_s, max_rows
+        self.salt, self.max_rows = salt, max_rows
         self.lock = threading.Lock()
         self.sessions: list[dict[str, Any]] = []
         # (second, route, topic, partition) -> [events, bytes, writes, {bucket: live events}, {bucket: catch-up
@@ -146,10 +125,8 @@ class DeliveryLog:
         self.deliveries: dict[tuple[int, str, str, int], list[Any]] = {}
         self.refusals: dict[tuple[int, str, int, str], int] = defaultdict(int)
         self.open_streams = 0  # reported every `report_s` seconds, so the rollup knows the process is alive
-        self.last_report = 0.0
         self.dropped = 0
-        self.thread: threading.Thread | None = None
-        self.stopping = threading.Event()
+        self.writer = None if topic is None else LogWriter(topic, self.take, flush_s=flush_s, report_s=report_s)
 
     @property
     def enabled(self) -> bool:
@@ -158,8 +135,6 @@ class DeliveryLog:
     def keyed_hash(self, value: str) -> str:
         """`value` (an identity, an address) as a keyed hash: comparable across rows, not reversible."""
         return hmac.new(self.salt, value.encode(), hashlib.sha256).hexdigest()[:24]
-
-    # --- the event loop's side -------------------------------------------------------------------------
 
     def opened(self, stream: StreamRow) -> None:
         self._session_row(stream, Event.OPENED, None, stream.opened_at)
@@ -196,7 +171,7 @@ class DeliveryLog:
                     tally[2] += clients
 
     def refused(self, route: str, status: int, reason: str) -> None:
-        if self.topic is None:
+        if (writer := self.writer) is None:
             return
         key = (int(time.time()), route, status, reason)
         with self.lock:
@@ -204,10 +179,10 @@ class DeliveryLog:
                 self.dropped += 1
                 return
             self.refusals[key] += 1
-        self._start()
+        writer.start()
 
     def _session_row(self, stream: StreamRow, event: Event, end: End | None, at: float) -> None:
-        if self.topic is None:
+        if (writer := self.writer) is None:
             return
         row = session_row(stream, event, end, at)
         with self.lock:
@@ -216,83 +191,33 @@ class DeliveryLog:
                 self.dropped += 1
                 return
             self.sessions.append(row)
-        self._start()
+        writer.start()
 
     def _full(self) -> bool:
         return len(self.sessions) + len(self.deliveries) + len(self.refusals) >= self.max_rows
 
-    def _start(self) -> None:
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._run, name="delivery-log", daemon=True)
-            self.thread.start()
-            atexit.register(self.close)
-
-    # --- the writer thread's side ------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        while not self.stopping.wait(min(self.flush_s, self.report_s)):
-            self.flush()
-
-    def close(self) -> None:
-        """Stop the thread, send what is left and wait (a few seconds at most) for Kafka to take it. Once."""
-        if self.stopping.is_set():
-            return
-        self.stopping.set()
-        thread = self.thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=10)
-        self.flush(final=True)
-        if self.topic is not None:
-            self.topic.close()
+    def take(self) -> Tallies:
+        """What was tallied since the last call (the writer's), leaving the tallies empty."""
+        with self.lock:
+            taken = Tallies(self.sessions, self.deliveries, self.refusals, self.open_streams)
+            self.sessions, self.deliveries, self.refusals = [], {}, defaultdict(int)
+        return taken
 
     def flush(self, *, final: bool = False) -> int:
-        """Send every pending row (and the report, when one is due); returns the rows handed to the producer."""
-        if self.topic is None:
-            return 0
-        with self.lock:
-            sessions, self.sessions = self.sessions, []
-            deliveries, self.deliveries = self.deliveries, {}
-            refusals, self.refusals = self.refusals, defaultdict(int)
-            open_streams = self.open_streams
-        now = time.time()
-        reports = []
-        if final or now - self.last_report >= self.report_s:
-            self.last_report = now
-            reports = [{"at": _ms(now), "interval_ms": int(self.report_s * 1000), "open": open_streams}]
-        tables = {
-            SESSIONS: sessions,
-            DELIVERIES: [
-                {
-                    "second": second * 1000,
-                    "route": route,
-                    "topic": topic,
-                    "partition": partition,
-                    "events": events,
-                    "bytes": size,
-                    "writes": writes,
-                    "latency": {str(index): n for index, n in sorted(live.items())},
-                    "catchup_events": sum(catchup.values()),
-                    "catchup_age": {str(index): n for index, n in sorted(catchup.items())},
-                }
-                for (second, route, topic, partition), (events, size, writes, live, catchup) in deliveries.items()
-            ],
-            REFUSALS: [
-                {"second": second * 1000, "route": route, "status": status, "reason": reason, "count": n}
-                for (second, route, status, reason), n in refusals.items()
-            ],
-            # Last, so a report follows the rows it speaks for on the process's partition.
-            REPORTS: reports,
-        }
-        sent, lost = self.topic.send(tables)
-        self.dropped += lost
-        return sent
+        """Send every pending row now (and the report, when one is due); returns the rows handed to Kafka."""
+        return 0 if self.writer is None else self.writer.flush(final=final)
+
+    def close(self) -> None:
+        """Stop the writer, send what is left and wait (a few seconds at most) for Kafka to take it. Once."""
+        if self.writer is not None:
+            self.writer.close()
 
     def stats(self) -> dict[str, int]:
-        topic = self.topic
+        topic, writer = self.topic, self.writer
         return {
             "delivery_log_rows": topic.rows_sent if topic else 0,
             "delivery_log_messages": topic.messages_sent if topic else 0,
-            "delivery_log_dropped": self.dropped + (topic.rows_lost if topic else 0),
+            "delivery_log_dropped": self.dropped + (writer.lost if writer else 0) + (topic.rows_lost if topic else 0),
             "delivery_log_write_errors": topic.send_errors if topic else 0,
         }
 
@@ -319,101 +244,6 @@ def session_row(stream: StreamRow, event: Event, end: End | None, at: float) -> 
         "replayed": stream.replayed if closing else 0,
         "resets": stream.resets,
     }
-
-
-class LogTopic:
-    """The log's Kafka topic, as one process writes it: a producer keyed by the process, so the process's rows
-    stay in order on one partition, created with the topic's settings on first use.
-
-    Bounded: librdkafka holds at most `buffer_kbytes` of messages not yet acknowledged, and gives up on a message
-    after `timeout_s`; a message it cannot take or deliver is counted in `rows_lost`. Nothing here waits for Kafka
-    except `close()`.
-    """
-
-    def __init__(
-        self,
-        kafka: KafkaSettings,
-        name: str,
-        *,
-        partitions: int = 4,
-        retention_ms: int = 7 * 24 * 3600 * 1000,
-        node: str = "",
-        buffer_kbytes: int = 16 * 1024,
-        timeout_s: float = 300.0,
-    ) -> None:
-        self.kafka, self.name, self.partitions, self.retention_ms = kafka, name, partitions, retention_ms
-        self.node, self.pid = node or os.uname().nodename, os.getpid()
-        self.process = f"{self.node}-{self.pid}-{uuid.uuid4().hex[:12]}"
-        self.buffer_kbytes, self.timeout_s = buffer_kbytes, timeout_s
-        self.encoders = {table: fastavro.parse_schema(avro_batch_schema(table)) for table in TABLES}
-        self.producer: Producer | None = None
-        self.created = False
-        self.rows_sent = self.messages_sent = self.rows_lost = self.send_errors = 0
-
-    def _producer(self) -> Producer:
-        if self.producer is None:
-            self.producer = Producer(
-                {
-                    **self.kafka.producer_config(),
-                    "client.id": f"{self.kafka.client_id}-delivery-log",
-                    "enable.idempotence": True,  # retries keep the order of the process's rows
-                    "linger.ms": 100,
-                    # Rows repeat their route, topic and process: lz4 shrinks what the rollup reads from Kafka.
-                    "compression.type": "lz4",
-                    "queue.buffering.max.kbytes": self.buffer_kbytes,
-                    "message.timeout.ms": int(self.timeout_s * 1000),
-                }
-            )
-        if not self.created:
-            try:
-                ensure_topic(
-                    self.kafka,
-                    self.name,
-                    partitions=self.partitions,
-                    config={"retention.ms": str(self.retention_ms), "cleanup.policy": "delete"},
-                )
-                self.created = True
-            except Exception:
-                log.warning("delivery log: could not create topic %s; will retry", self.name, exc_info=True)
-        return self.producer
-
-    def send(self, tables: dict[str, list[dict[str, Any]]]) -> tuple[int, int]:
-        """Hand each table's rows to the producer; returns (rows handed over, rows lost at once)."""
-        common = {"schema_version": SCHEMA_VERSION, "node": self.node, "pid": self.pid, "process": self.process}
-        producer = self._producer()
-        sent = lost = 0
-        for table, rows in tables.items():
-            for start in range(0, len(rows), BATCH_ROWS):
-                chunk = [{**common, **row} for row in rows[start : start + BATCH_ROWS]]
-                buffer = io.BytesIO()
-                fastavro.schemaless_writer(buffer, self.encoders[table], chunk)
-                try:
-                    producer.produce(
-                        self.name,
-                        buffer.getvalue(),
-                        key=self.process,
-                        headers={HEADER: header_value(table)},
-                        on_delivery=partial(self._delivered, len(chunk)),
-                    )
-                except (BufferError, KafkaException):
-                    lost += len(chunk)
-                    continue
-                sent += len(chunk)
-        producer.poll(0)
-        return sent, lost
-
-    def _delivered(self, rows: int, error: KafkaError | None, message: Message) -> None:
-        if error is None:
-            self.rows_sent += rows
-            self.messages_sent += 1
-        else:
-            self.rows_lost += rows
-            self.send_errors += 1
-            log.warning("delivery log: %d rows lost: %s", rows, error)
-
-    def close(self, timeout_s: float = 5.0) -> None:
-        if self.producer is not None:
-            self.producer.flush(timeout_s)
 
 
 def _ms(seconds: float) -> int:

@@ -28,8 +28,8 @@ from analytics.models import (
 )
 from analytics.percentiles import percentiles
 from analytics.rollups import LOCK_KEY, log_range, run_rollup
-from streams.telemetry.delivery_log import LogTopic
 from streams.telemetry.delivery_schema import BOUNDS, DELIVERIES, HEADER, REFUSALS, SESSIONS, bucket
+from streams.telemetry.log_writer import LogTopic
 
 MINUTE = int(datetime(2026, 11, 22, 10, 0, tzinfo=UTC).timestamp())  # 10:00 UTC
 

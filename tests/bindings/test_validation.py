@@ -1,4 +1,5 @@
-"""Validation of endpoints, routes, conditions and filters on save: each error keyed by the field that is wrong."""
+"""Validation of routes, conditions and filters on save: each error keyed by the field that is wrong (endpoints:
+tests/bindings/test_endpoints.py; guards: tests/bindings/api/test_guards.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,8 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db.models import ProtectedError
 
-from bindings.models import EVENT_ID_KEY_AND_ETAG, START_LIVE, Endpoint, Route, RouteFilter
+from bindings.models import EVENT_ID_KEY_AND_ETAG, START_LIVE, Route, RouteFilter
 from bindings.services import do_delete_route, do_put_endpoint, do_put_guard, do_put_route
 from tests.support.jwt_keys import guard_fields
 
@@ -233,44 +233,6 @@ def test_it_refuses_a_bad_filter_on_the_right_field(spec: object, errors: dict[s
 )
 def test_it_accepts_good_filters(spec: dict[str, Any]) -> None:
     do_put_route(name="r", path="/items/{id}", topic="items", filters=[spec])
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "field"),
-    [
-        ({"cors_origins": ["https://app.example.com/"]}, "cors_origins"),
-        ({"cors_origins": ["app.example.com"]}, "cors_origins"),
-        ({"cors_origins": ["https://app.example.com:99999"]}, "cors_origins"),
-        ({"cors_origins": ["https://App.example.com"]}, "cors_origins"),
-        ({"cors_origins": ["https://user@app.example.com"]}, "cors_origins"),
-        ({"cors_origins": ["*", "https://app.example.com"]}, "cors_origins"),
-        ({"cors_origins": ["*"], "cors_credentials": True}, "cors_credentials"),
-        ({"retry_ms": -1}, "retry_ms"),
-        ({"keepalive_s": -1}, "keepalive_s"),
-        ({"name": "no spaces"}, "name"),
-    ],
-)
-def test_it_refuses_a_bad_endpoint_on_the_right_field(kwargs: dict[str, Any], field: str) -> None:
-    with pytest.raises(ValidationError) as info:
-        do_put_endpoint(**{"name": "e", **kwargs})
-    assert list(info.value.message_dict) == [field]
-
-
-def test_it_accepts_good_endpoints() -> None:
-    do_put_endpoint(name="any", cors_origins=["*"])
-    do_put_endpoint(
-        name="app", cors_origins=["https://app.example.com", "http://localhost:8000"], cors_credentials=True
-    )
-    again = do_put_endpoint(name="app", retry_ms=0, keepalive_s=0)
-    assert (again.retry_ms, again.keepalive_s, again.cors_origins) == (0, 0, [])
-    assert Endpoint.objects.filter(name="app").count() == 1
-
-
-def test_an_endpoint_in_use_cannot_be_deleted() -> None:
-    do_put_endpoint(name="public")
-    do_put_route(name="items", path="/items", topic="items", endpoint="public")
-    with pytest.raises(ProtectedError):
-        Endpoint.objects.get(name="public").delete()
 
 
 def test_placeholders_that_touch_beside_a_guarded_value_are_an_error_on_the_template() -> None:

@@ -7,10 +7,12 @@ schema registry client the decoders ask for a record's schema; its answers are c
 - `spec`: catalogs, models and topic models, as frozen dataclasses.
 - `decoders`: `decoder_for(model, catalogs, topic, part)`, whose `decode(bytes)` gives JSON bytes.
 - `errors`: `DecodeError` and its `Reason`s, `SchemaError`.
-- `sources`: where schemas come from (`Catalogs`, the inline catalog); `registry`: the registry client.
+- `sources`: where schemas come from (`Catalogs`, the inline catalog); `registry`: the registry client;
+  `registry_answers`: what its answers mean.
 - `limits`: `Limits`, the bounds on the work one record may cost.
 - `framing`: the registry's magic byte, schema id and Protobuf message indexes.
-- `avro`, `protobuf`, `json_values`, `scalars`, `floats`: each model's bytes to JSON values.
+- `avro`, `protobuf`, `json_values`, `scalars`, `floats`: each model's bytes to JSON values; `avro_shape`: an Avro
+  record walked against the limits before fastavro reads it.
 
 The JSON each model gives is described in docs/schemas.md.
 """

@@ -30,7 +30,7 @@ from streams.codecs.schemas import avro, json_values, protobuf, scalars
 from streams.codecs.schemas.errors import DecodeError, Reason, SchemaError
 from streams.codecs.schemas.framing import message_indexes, unframe
 from streams.codecs.schemas.limits import Limits
-from streams.codecs.schemas.registry import Schema
+from streams.codecs.schemas.registry_answers import Schema
 from streams.codecs.schemas.sources import Catalogs, SchemaSource, referenced
 from streams.codecs.schemas.spec import ModelSpec, Part, SchemaFormat, matches, topic_subject
 

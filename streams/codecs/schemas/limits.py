@@ -4,7 +4,7 @@ A record past a bound is skipped as `too-large` before the work it would cost is
 cheaply, and otherwise right after: a key or value of more than `max_bytes` is not decoded at all; a JSON record's
 text is measured once it parses (the parser's own recursion limit stops anything deeper than about a thousand
 levels, safely); an Avro record of a recursive schema is walked, within the bounds, before fastavro reads it
-(avro.py: fastavro's reader recurses in C, and a record nested 20 000 deep would crash the process); every
+(avro_shape.py: fastavro's reader recurses in C, and a record nested 20 000 deep would crash the process); every
 decoded value is measured as the JSON it became.
 
 Measuring JSON text costs a few `bytes.count` calls for a record within the bounds; only a record whose counts

@@ -4,7 +4,8 @@ It lives here, below Kafka, because the fetch processes decode records and impor
 It is synchronous (it runs in the fetch process's thread, once per answer it has not cached, not per record) and
 asks three questions of Confluent's REST API, which Karapace and Apicurio (under `/apis/ccompat/v7`) serve too:
 `GET /schemas/ids/{id}` (a schema), `GET /schemas/ids/{id}/versions` (the subjects and versions that hold it: what
-decides whether a record may use it) and `GET /subjects/{subject}/versions/{version}`.
+decides whether a record may use it) and `GET /subjects/{subject}/versions/{version}`. What their answers mean is
+streams/codecs/schemas/registry_answers.py.
 
 Every question is one lookup, and lookups are bounded one by one (docs/schemas.md says the same for operators):
 
@@ -46,12 +47,21 @@ from dataclasses import dataclass
 from typing import Any, Literal, NoReturn, TypeVar, cast
 
 from streams.codecs.schemas.errors import DecodeError, Reason
+from streams.codecs.schemas.registry_answers import (
+    Answer,
+    Failure,
+    Refused,
+    Schema,
+    SubjectVersions,
+    Unavailable,
+    schema_of,
+    subject_versions_of,
+)
 from streams.codecs.schemas.spec import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_CACHE_ENTRIES,
     DEFAULT_GIVE_UP_S,
     DEFAULT_LOOKUPS_PER_S,
-    SchemaFormat,
     redacted,
 )
 from streams.codecs.schemas.timing import schema_work
@@ -66,32 +76,8 @@ ACCEPT = "application/vnd.schemaregistry.v1+json, application/vnd.schemaregistry
 # Confluent's error codes for a subject, a version and a schema id that do not exist, and for a version that is
 # not one (version 0): the registry answered, and the schema is not there.
 NOT_FOUND_CODES = frozenset({40401, 40402, 40403, 42202})
-_FORMATS: dict[str, SchemaFormat] = {"AVRO": "avro", "PROTOBUF": "protobuf", "JSON": "json"}
 
 
-@dataclass(frozen=True)
-class Reference:
-    """A schema another one imports: its `name` in the importing schema (a `.proto` file name, an Avro type)."""
-
-    name: str
-    subject: str
-    version: int
-
-
-@dataclass(frozen=True)
-class Schema:
-    """A schema as a catalog gives it. `id` is None for inline schemas, which have none."""
-
-    format: SchemaFormat
-    text: str
-    id: int | None = None
-    subject: str | None = None
-    version: int | None = None
-    references: tuple[Reference, ...] = ()
-
-
-SubjectVersions = frozenset[tuple[str, int]]
-Answer = Schema | SubjectVersions
 _A = TypeVar("_A", Schema, SubjectVersions)
 
 
@@ -120,22 +106,8 @@ class _Entry:
     tied: bool = False  # the last failure is the answer to this lookup, not the registry being down
 
 
-class _Failure(Exception):
-    tied = False
-
-
-class _Unavailable(_Failure):
-    """The registry answered, but not with an answer of its API, or not in time: it is not there for now."""
-
-
-class _Unreachable(_Unavailable):
+class _Unreachable(Unavailable):
     """No connection could be made: no lookup can succeed."""
-
-
-class _Refused(_Failure):
-    """The registry's answer to this lookup cannot be used, however often it is asked."""
-
-    tied = True
 
 
 class _NotFound(Exception):
@@ -212,16 +184,16 @@ class RegistryClient:
 
     def by_id(self, schema_id: int) -> Schema:
         """The schema registered under `schema_id` (the id a framed record carries)."""
-        return self._answer(f"/schemas/ids/{int(schema_id)}", lambda body: _schema(body, schema_id))
+        return self._answer(f"/schemas/ids/{int(schema_id)}", lambda body: schema_of(body, schema_id))
 
     def subjects_of(self, schema_id: int) -> SubjectVersions:
         """The (subject, version)s that hold the schema `schema_id`."""
-        return self._answer(f"/schemas/ids/{int(schema_id)}/versions", _subject_versions)
+        return self._answer(f"/schemas/ids/{int(schema_id)}/versions", subject_versions_of)
 
     def by_subject(self, subject: str, version: Literal["latest"] | int) -> Schema:
         """Version `version` of `subject`, or its latest."""
         quoted = urllib.parse.quote(subject, safe="")
-        return self._answer(f"/subjects/{quoted}/versions/{version}", lambda body: _schema(body, None))
+        return self._answer(f"/subjects/{quoted}/versions/{version}", lambda body: schema_of(body, None))
 
     def _answer(self, path: str, read: Callable[[Any], _A]) -> _A:
         # A path is always read by the same `read`: what its entry holds is of the type it gives.
@@ -248,7 +220,7 @@ class RegistryClient:
             except _NotFound:
                 self._answered(path, _Entry(missing=True, at=now))
                 raise DecodeError(Reason.UNKNOWN_SCHEMA, path) from None
-            except _Failure as exc:
+            except Failure as exc:
                 self._failed(path, entry, exc, now)
                 return self._without_asking(path, entry, now)
             self._answered(path, _Entry(answer, now, size=_size(answer)))
@@ -283,7 +255,7 @@ class RegistryClient:
         self._failures, self._quiet_until, self.last_failure = 0, 0.0, None
         self._keep(path, entry)
 
-    def _failed(self, path: str, entry: _Entry, failure: _Failure, now: float) -> None:
+    def _failed(self, path: str, entry: _Entry, failure: Failure, now: float) -> None:
         why = str(failure)
         self.last_failure = f"{self.url}{path}: {why}"
         if not entry.failures:
@@ -309,13 +281,13 @@ class RegistryClient:
         except urllib.error.URLError as exc:  # before any answer: the connection
             raise _Unreachable(f"{type(exc.reason).__name__}: {exc.reason}") from None
         except (http.client.HTTPException, OSError, ValueError) as exc:
-            raise _Unavailable(f"{type(exc).__name__}: {exc}") from None
+            raise Unavailable(f"{type(exc).__name__}: {exc}") from None
         if len(body) > MAX_BODY:
-            raise _Refused("an answer over 4 MiB")
+            raise Refused("an answer over 4 MiB")
         try:
             return json.loads(body)
         except ValueError:
-            raise _Unavailable("an answer that is not JSON") from None
+            raise Unavailable("an answer that is not JSON") from None
 
 
 def _quiet(failures: int) -> float:
@@ -348,10 +320,10 @@ def _refused_status(error: urllib.error.HTTPError) -> NoReturn:
     if found in NOT_FOUND_CODES:
         raise _NotFound from None
     if code == http.HTTPStatus.FORBIDDEN:
-        raise _Refused("HTTP 403") from None
+        raise Refused("HTTP 403") from None
     if 300 <= code < 400:  # noqa: PLR2004
-        raise _Unavailable(f"HTTP {code}: a redirect, not followed (the catalog's URL is the registry's own)") from None
-    raise _Unavailable(f"HTTP {code}") from None
+        raise Unavailable(f"HTTP {code}: a redirect, not followed (the catalog's URL is the registry's own)") from None
+    raise Unavailable(f"HTTP {code}") from None
 
 
 def _error_code(error: urllib.error.HTTPError) -> int | None:
@@ -363,49 +335,8 @@ def _error_code(error: urllib.error.HTTPError) -> int | None:
     return code if isinstance(code, int) else None
 
 
-def _schema(body: Any, schema_id: int | None) -> Schema:
-    """The schema of an answer; anything that is not the API's shape is the registry being unavailable."""
-    if not isinstance(body, dict) or not isinstance(body.get("schema"), str):
-        raise _Unavailable("an answer without a schema")
-    kind = body.get("schemaType", "AVRO")
-    if kind not in _FORMATS:
-        raise _Refused(f"a schema of unknown type {str(kind)[:40]!r}")
-    references = body.get("references") or []
-    if not isinstance(references, list) or not all(_is_reference(ref) for ref in references):
-        raise _Refused("malformed references")
-    found_id = body.get("id", schema_id)
-    version = body.get("version")
-    subject = body.get("subject")
-    return Schema(
-        format=_FORMATS[kind],
-        text=body["schema"],
-        id=found_id if isinstance(found_id, int) else schema_id,
-        subject=subject if isinstance(subject, str) else None,
-        version=version if isinstance(version, int) else None,
-        references=tuple(Reference(ref["name"], ref["subject"], ref["version"]) for ref in references),
-    )
-
-
-def _subject_versions(body: Any) -> SubjectVersions:
-    if not isinstance(body, list) or not all(
-        isinstance(item, dict) and isinstance(item.get("subject"), str) and isinstance(item.get("version"), int)
-        for item in body
-    ):
-        raise _Unavailable("an answer that is not a list of subjects and versions")
-    return frozenset((item["subject"], item["version"]) for item in body)
-
-
 def _size(answer: Answer) -> int:
     if isinstance(answer, Schema):
         references = sum(len(ref.name) + len(ref.subject) for ref in answer.references)
         return ENTRY_OVERHEAD + len(answer.text) + references
     return ENTRY_OVERHEAD + sum(len(subject) + 16 for subject, _ in answer)
-
-
-def _is_reference(ref: Any) -> bool:
-    return (
-        isinstance(ref, dict)
-        and isinstance(ref.get("name"), str)
-        and isinstance(ref.get("subject"), str)
-        and isinstance(ref.get("version"), int)
-    )

@@ -10,7 +10,8 @@ from collections.abc import Iterable
 from typing import Literal, Protocol
 
 from streams.codecs.schemas.errors import DecodeError, Reason, SchemaError
-from streams.codecs.schemas.registry import Limits, Reference, RegistryClient, Schema, SubjectVersions
+from streams.codecs.schemas.registry import Limits, RegistryClient
+from streams.codecs.schemas.registry_answers import Reference, Schema, SubjectVersions
 from streams.codecs.schemas.spec import CatalogSpec, InlineSchema, matches
 
 MAX_REFERENCE_DEPTH = 16

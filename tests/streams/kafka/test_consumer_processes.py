@@ -54,7 +54,7 @@ def test_a_replay_whose_readers_process_dies_goes_on_from_where_it_was(
         streams(topic, start=LIVE)  # opens the window at the end: offset 600
         replay = streams(topic)  # from offset 0: a historical reader, then the window
         replay.flow.pause()  # the replay waits for its client, its reader open
-        wait_until(lambda: replay.pump.reader.history is not None)
+        wait_until(lambda: replay.pump.reader.replay.history is not None)
         host = ConsumerHost.get()
         os.kill(host.process.pid, signal.SIGKILL)
         wait_until(lambda: not host.alive)

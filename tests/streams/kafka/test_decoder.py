@@ -57,8 +57,9 @@ def crash_when_it_decodes(decoder: Decoder, index: int) -> threading.Thread:
     """SIGSEGV the decoder process once it is on the job's record `index`, as a C extension's crash would."""
 
     def crash() -> None:
-        wait_until(lambda: decoder.pid is not None and decoder.slot.read()[2:] == (index, Slot.RECORD), timeout=30)
-        os.kill(decoder.pid or 0, signal.SIGSEGV)
+        child = decoder.child
+        wait_until(lambda: child.pid is not None and child.slot.read()[2:] == (index, Slot.RECORD), timeout=30)
+        os.kill(child.pid or 0, signal.SIGSEGV)
 
     thread = threading.Thread(target=crash, daemon=True)
     thread.start()
@@ -69,7 +70,7 @@ def test_it_decodes_a_job_in_its_own_process(decoder: Decoder) -> None:
     decoder.use(models())
     results = decoder.decode([("t", record(0, SMALL)), ("t", record(1, b"not json")), ("other", record(2, b"raw"))])
     assert results == [record(0, SMALL), None, record(2, b"raw")]
-    assert decoder.pid != os.getpid()
+    assert decoder.child.pid != os.getpid()
     assert decoder.tally.take() == ({("t", "not-json"): 1}, {"t": 1})
 
 
@@ -79,29 +80,29 @@ def test_a_record_whose_decoder_process_dies_is_skipped_once_and_the_rest_decode
     crash_when_it_decodes(decoder, 1).join(0)
     assert kinds(decoder.decode(job)) == ["decoded", "None", "decoded"]
     assert decoder.tally.take() == ({("t", "crashed"): 1}, {"t": 2})
-    assert decoder.started == 2
+    assert decoder.child.started == 2
     # Fetched again (a paused partition, a restarted reader): skipped without being tried.
     assert kinds(decoder.decode(job)) == ["decoded", "None", "decoded"]
     assert decoder.tally.take() == ({("t", "crashed"): 1}, {"t": 2})
-    assert decoder.started == 2
+    assert decoder.child.started == 2
 
 
 def test_a_record_past_its_budget_ends_the_decoder_process_and_is_skipped_as_too_slow(decoder: Decoder) -> None:
     decoder.use(models(budget_ms=20))
     first = decoder.decode([("t", record(0, SMALL))])
     assert kinds(first) == ["decoded"]
-    pid = decoder.pid
+    pid = decoder.child.pid
     results = decoder.decode([("t", record(1, SLOW)), ("t", record(2, SMALL))])
     assert kinds(results) == ["None", "decoded"]
     assert decoder.tally.take()[0] == {("t", "too-slow"): 1}
-    assert decoder.pid != pid
+    assert decoder.child.pid != pid
 
 
 def test_schema_work_is_not_held_to_a_records_budget(decoder: Decoder) -> None:
     # Compiling the schema takes longer than 1 ms; the record's own work does not.
     decoder.use(models(budget_ms=10))
     assert kinds(decoder.decode([("t", record(0, SMALL))])) == ["decoded"]
-    assert decoder.started == 1
+    assert decoder.child.started == 1
 
 
 def test_a_decoder_process_that_cannot_start_makes_the_records_wait(decoder: Decoder) -> None:

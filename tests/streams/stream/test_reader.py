@@ -213,9 +213,9 @@ def test_history_older_than_the_window_is_read_from_kafka_and_handed_over_with_n
         deadline = time.monotonic() + 20
         while reader.cursors[0] < 4 and time.monotonic() < deadline:
             got += texts(await reader.read_history())
-        assert reader.history is not None  # still open: it closes on the read that finds nothing behind
+        assert reader.replay.history is not None  # still open: it closes on the read that finds nothing behind
         assert await reader.read_history() == b""
-        assert reader.history is None
+        assert reader.replay.history is None
         return got + texts(reader.read_cache())
 
     try:

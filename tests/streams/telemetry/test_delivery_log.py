@@ -1,23 +1,17 @@
-"""The delivery log's writer: rows in, Kafka messages out (keyed by process, in order), bounded, dropping and
-counting when Kafka is unreachable, and what the pumps and the fan-out count."""
+"""The delivery log's tallies: rows in, Kafka messages out (keyed by process, in order) through its writer
+(tests/streams/telemetry/test_log_writer.py), bounded, and what the pumps and the fan-out count."""
 
 from __future__ import annotations
 
 import itertools
-import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 import pytest
-from django.conf import settings
 
-from config.kafka_settings import KafkaSettings
-from streams.kafka.client import Record
 from streams.stream.pump import Phase
-from streams.telemetry.delivery_log import DeliveryLog, LogTopic, StreamRow, user_agent_family
+from streams.telemetry.delivery_log import DeliveryLog, user_agent_family
 from streams.telemetry.delivery_schema import (
-    BATCH_ROWS,
     BOUNDS,
     BUCKETS,
     DELIVERIES,
@@ -34,26 +28,10 @@ from streams.telemetry.delivery_schema import (
 from tests.conftest import wait_until
 from tests.e2e.test_zilla_scenarios import Produce
 from tests.streams.hub.test_hub_lifecycle import running_hub
-from tests.support.delivery_log import log_messages, log_rows
+from tests.support.delivery_log import log_messages, log_rows, record, stream_row, topic_log
 from tests.support.inprocess import LoopThread
 
 LIVE = "live"
-
-
-def topic_log(topic: str, **options: Any) -> DeliveryLog:
-    return DeliveryLog(LogTopic(settings.KAFKA, topic, partitions=2, node="n1"), salt=b"s", **options)
-
-
-def record(partition: int, offset: int, age_ms: int = 5) -> Record:
-    return Record(partition, offset, None, b"{}", (), timestamp_ms=int(time.time() * 1000) - age_ms)
-
-
-def stream_row(**fields: Any) -> StreamRow:
-    defaults: dict[str, Any] = {
-        "route": "items", "endpoint": "default", "topic": "items", "path": "/items", "identity": None,
-        "client": "c", "user_agent": "chrome", "start": Start.FRESH,
-    }  # fmt: skip
-    return StreamRow(**{**defaults, **fields})
 
 
 def test_buckets_are_ordered_and_each_is_at_most_19_percent_wide() -> None:
@@ -141,39 +119,6 @@ def test_catch_up_events_are_counted_apart_from_the_live_latency(new_topic: Call
     assert histogram("catchup_age") == {bucket(3_600_000): 15, bucket(40_000): 1}
 
 
-def test_reports_say_how_many_streams_are_open_every_interval(new_topic: Callable[..., str]) -> None:
-    topic = new_topic(partitions=2)
-    log = topic_log(topic, report_s=1)
-    streams = [stream_row() for _ in range(3)]
-    for stream in streams:
-        log.opened(stream)
-    log.closed(streams[0], End.CLIENT_GONE)
-    log.flush()
-    log.flush()  # not due yet: no second report
-    time.sleep(2.5)  # the writer thread reports meanwhile
-    log.closed(streams[1], End.CLIENT_GONE)
-    log.close()  # and reports once more
-    reports = log_rows(topic, REPORTS)
-    opens = [row["open"] for row in reports]
-    assert (opens[0], opens[-1]) == (2, 1)
-    times = [row["at"] for row in reports]
-    assert len(times) >= 3  # one a second meanwhile
-    assert all((later - earlier).total_seconds() >= 0.9 for earlier, later in itertools.pairwise(times[:-1]))
-
-
-def test_a_flush_of_many_rows_sends_them_in_bounded_messages(new_topic: Callable[..., str]) -> None:
-    topic = new_topic(partitions=2)
-    log = topic_log(topic)
-    now = int(time.time())
-    for second in range(BATCH_ROWS + 10):  # a refusal row per second: more rows than one message holds
-        log.refusals[(now - second, "r", 404, "no_route")] = 1
-    assert log.flush() == BATCH_ROWS + 10 + 1
-    log.close()
-    kinds = [headers[HEADER] for _, _, headers, _ in log_messages(topic)]
-    assert kinds.count(header_value(REFUSALS)) == 2
-    assert len(log_rows(topic, REFUSALS)) == BATCH_ROWS + 10
-
-
 def test_a_full_buffer_drops_rows_and_counts_them(new_topic: Callable[..., str]) -> None:
     topic = new_topic(partitions=2)
     log = topic_log(topic, max_rows=2)
@@ -188,29 +133,13 @@ def test_a_full_buffer_drops_rows_and_counts_them(new_topic: Callable[..., str])
     assert log.stats()["delivery_log_dropped"] == 2
 
 
-def test_an_unreachable_kafka_loses_rows_counted_and_never_blocks_a_stream() -> None:
-    nowhere = KafkaSettings(bootstrap_servers="127.0.0.1:9", metadata_timeout_s=0.5)
-    log = DeliveryLog(LogTopic(nowhere, "sse-delivery-log-nowhere", timeout_s=1), salt=b"s")
-    started = time.monotonic()
-    for _ in range(1000):
-        log.refused("a", 404, "no_route")
-        log.opened(stream_row())
-    assert time.monotonic() - started < 0.5  # the event loop's side only adds to tallies
-    assert log.flush() == 1 + 1000 + 1  # handed to the producer, which holds them (bounded) for a second
-    log.topic.close(timeout_s=5)  # type: ignore[union-attr]
-    stats = log.stats()
-    assert (stats["delivery_log_rows"], stats["delivery_log_dropped"]) == (0, 1002)
-    assert stats["delivery_log_write_errors"] == 3  # one message per table
-    log.stopping.set()  # closed: nothing more to send at exit
-
-
 def test_logging_off_sends_nothing() -> None:
     log = DeliveryLog(None, salt=b"s")
     log.opened(stream_row())
     log.delivered("r", "t", [(record(0, 1), 10)], live=True)
     log.refused("r", 404, "no_route")
     assert log.flush() == 0
-    assert log.thread is None
+    assert log.writer is None  # no thread
 
 
 @pytest.mark.parametrize(
