@@ -4,11 +4,12 @@
     python platform/lockfile.py moved LOCK        those installed at another version than LOCK's (or not pinned):
                                                   name, locked version (or -), installed version, one a line
 
-Run it with the Python of the environment in question (platform/install.sh runs it with .venv's). A lock file is
-what `uv pip compile --generate-hashes` writes (platform/lock.sh): `name==version`, an optional `; marker`, its
-`--hash=sha256:...` lines, and comments. A package may be pinned twice, at two versions under two markers: either
-version is the locked one (markers are not evaluated here, so this runs with no package beyond the standard
-library). The project itself, installed editable and pinned nowhere, is neither extraneous nor moved.
+Run it with the Python of the environment in question (platform/install.sh runs it with .venv's,
+platform/upgrade_check.py with its scratch environment's). A lock file is what `uv pip compile --generate-hashes`
+writes (platform/lock.sh): `name==version`, an optional `; marker`, its `--hash=sha256:...` lines, and comments. A
+package may be pinned twice, at two versions under two markers: either version is the locked one (markers are not
+evaluated here, so this runs with no package beyond the standard library). The project itself, installed editable
+and pinned nowhere, is neither extraneous nor moved.
 """
 
 from __future__ import annotations
