@@ -1,7 +1,7 @@
 # The two commands of the README. Each installs what is missing first (Debian packages, .venv, Python packages).
 SHELL := /bin/bash
 .DEFAULT_GOAL := run
-.PHONY: run test install lint services-up services-down
+.PHONY: run test install lint lock upgrade-check services-up services-down
 
 install:
 	@platform/install.sh
@@ -18,6 +18,17 @@ test: install
 
 lint: install
 	@platform/test.sh --lint-only
+
+## make lock: write requirements-dev.lock and requirements.lock from pyproject.toml (after changing a dependency
+## there); ARGS go to `uv pip compile`: ARGS=--upgrade, ARGS='--upgrade-package NAME'. docs/operations.md.
+lock:
+	@exec platform/lock.sh $(ARGS)
+
+## make upgrade-check: the newest releases, pyproject.toml's upper bounds dropped, in a scratch environment under
+## var/upgrade-check/; says which packages moved and runs tests/e2e and tests/streams/server against them (or the
+## pytest ARGS given). docs/operations.md, "Python dependencies".
+upgrade-check: install
+	@exec platform/with-services.sh -- .venv/bin/python platform/upgrade_check.py $(ARGS)
 
 ## Keep the embedded services up between commands (make run / make test then reuse them).
 services-up: install

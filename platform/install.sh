@@ -9,9 +9,10 @@
 #     the same way from the pom in platform/spark/,
 #   - the tests' schema registry (Apicurio Registry, built already), copied the
 #     same way from the pom in platform/registry/ and unpacked in that cache,
-#   - a Python 3.11 virtualenv at .venv with the project installed
-#     (pip install -e '.[dev]'), skipped when .venv/.installed-<sha256 of
-#     pyproject.toml> exists.
+#   - a Python 3.11 virtualenv at .venv holding exactly the packages of
+#     requirements-dev.lock (each file checked against its sha256 there), and
+#     the project itself, editable and without dependencies; skipped when
+#     .venv/.installed-<sha256 of the lock file and pyproject.toml> exists.
 # Idempotent, and quiet and fast (< 2 s) when nothing is missing.
 set -euo pipefail
 
@@ -88,12 +89,25 @@ if ! venv_ok; then
     "$py" -m venv .venv
 fi
 
-hash="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+# The packages come from the lock file alone (platform/lock.sh writes it; docs/operations.md, "Dependencies"):
+# --require-hashes refuses any file whose sha256 is not the one locked, and pip's resolver still checks that the
+# locked set lacks nothing. The project is installed on top, editable, without dependencies, and with the locked
+# build backend rather than one fetched for an isolated build. The stamp names both files: the lock for the
+# packages, pyproject.toml for the project's own install.
+LOCK=requirements-dev.lock
+hash="$(cat "$LOCK" pyproject.toml | sha256sum | cut -d' ' -f1)"
 stamp=".venv/.installed-$hash"
 if [ ! -e "$stamp" ]; then
-    say "installing Python packages into .venv (pip install -e '.[dev]')"
-    quietly .venv/bin/python -m pip install -U pip wheel setuptools
-    quietly .venv/bin/python -m pip install -e '.[dev]'
+    say "installing Python packages into .venv from $LOCK"
+    quietly .venv/bin/python -m pip install --require-hashes -r "$LOCK"
+    quietly .venv/bin/python -m pip install --no-deps --no-build-isolation -e .
+    # What an earlier lock installed and this one no longer pins goes: .venv holds the lock, no more.
+    extraneous="$(.venv/bin/python platform/lockfile.py extraneous "$LOCK")"
+    if [ -n "$extraneous" ]; then
+        say "removing packages $LOCK no longer pins: $(echo $extraneous)"
+        # shellcheck disable=SC2086  # one name a line
+        quietly .venv/bin/python -m pip uninstall -y $extraneous
+    fi
     rm -f .venv/.installed-*
     touch "$stamp"
     say "done"

@@ -55,7 +55,7 @@ from streams.server.reaping import ReapOnChange
 from streams.server.tls import TlsError, TlsListener, certificate_options, listen_tls
 
 FLOW_EXTENSION = "sse.flow"
-# Twisted internals `Flow.write` reads. They are not public API: pyproject.toml bounds Twisted's version, and
+# Twisted internals `Flow.write` reads. They are not public API: the lock files pin Twisted's release, and
 # tests/streams/server/test_twisted_internals.py fails, naming what is gone, when a release drops one.
 TRANSPORT_INTERNALS = (
     "TLS", "connected", "disconnecting", "socket", "dataBuffer", "offset", "_tempDataLen", "_writeDisconnected"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from importlib import metadata
+from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
@@ -21,10 +22,17 @@ from tests.conftest import ROOT
 SECURITY_FLOORS = {"twisted": Version("26.10"), "django": Version("5.2.8")}
 
 
+def project() -> dict[str, Any]:
+    """pyproject.toml's [project] table."""
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert isinstance(table, dict)
+    return table
+
+
 def declared() -> list[Requirement]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    lines = list(project["dependencies"])
-    for extra in project.get("optional-dependencies", {}).values():
+    table = project()
+    lines = list(table["dependencies"])
+    for extra in table.get("optional-dependencies", {}).values():
         lines.extend(extra)
     return [Requirement(line) for line in lines]
 

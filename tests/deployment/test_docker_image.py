@@ -122,6 +122,16 @@ def test_the_image_copies_what_web_py_and_its_workers_import() -> None:
     assert not any("--chown" in arguments for arguments in all_of("COPY")), "the code stays root's"
 
 
+def test_the_image_installs_the_locked_packages_then_the_project_alone() -> None:
+    installs = [run for run in all_of("RUN") if "pip install" in run]
+    assert installs, "the image installs nothing with pip"
+    locked, *rest = installs
+    assert shlex.split(locked)[-3:] == ["--require-hashes", "-r", "requirements.lock"], "the locked packages first"
+    assert "requirements.lock" in {shlex.split(arguments)[0] for arguments in all_of("COPY")}
+    for project in rest:
+        assert "--no-deps" in shlex.split(project), f"{project}: anything but the lock's packages comes unchecked"
+
+
 def test_the_image_runs_as_a_user_of_its_own_who_may_write_only_var() -> None:
     users = all_of("USER")
     assert users, "no USER: the processes would run as root"
