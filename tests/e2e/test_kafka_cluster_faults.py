@@ -42,8 +42,8 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, TopicMetadata
 
 from bindings.services import do_delete_route
 from tests.conftest import health, unique
@@ -137,17 +137,39 @@ def create_topic(admin: AdminClient) -> str:
     return name
 
 
+def metadata(admin: AdminClient, topic: str) -> TopicMetadata | None:
+    """The topic as a broker's metadata says, None if no broker answered in time: a poll asks again (on a busy
+    machine a broker that just lost a peer has let a request wait past 10 s)."""
+    try:
+        return admin.list_topics(topic, timeout=10).topics.get(topic)
+    except KafkaException:
+        return None
+
+
 def leaders(admin: AdminClient, topic: str) -> dict[int, int]:
     """Each partition's leader, as a broker's metadata says (partitions without one left out)."""
-    found = admin.list_topics(topic, timeout=10).topics.get(topic)
+    found = metadata(admin, topic)
     if found is None or found.error is not None:
         return {}
     return {p: meta.leader for p, meta in found.partitions.items() if meta.leader >= 0}
 
 
+def every_leader(admin: AdminClient, topic: str) -> dict[int, int]:
+    """Each partition's leader, once a broker's metadata names one for every partition."""
+    found: dict[int, int] = {}
+
+    def complete() -> bool:
+        found.clear()
+        found.update(leaders(admin, topic))
+        return len(found) == PARTITIONS
+
+    poll_until(f"a leader for every partition of {topic}", complete, timeout=30)
+    return found
+
+
 def in_sync(admin: AdminClient, topic: str) -> bool:
     """Every partition has a leader and all three replicas in its ISR."""
-    found = admin.list_topics(topic, timeout=10).topics.get(topic)
+    found = metadata(admin, topic)
     if found is None or found.error is not None or len(found.partitions) != PARTITIONS:
         return False
     return all(meta.leader >= 0 and len(meta.isrs) == 3 for meta in found.partitions.values())
@@ -470,7 +492,7 @@ def test_it_streams_every_record_once_when_a_partition_leader_is_killed(
     session timeout, a new leader elected, then found by the producer and the fetcher.
     """
     controller = active_controller(cluster)
-    led_before = leaders(admin, load.topic)
+    led_before = every_leader(admin, load.topic)
     led = [(p, node) for p, node in sorted(led_before.items()) if node != controller]
     assert led, f"every partition is led by the active controller, node {controller}"
     partition, leader = led[0]
@@ -518,7 +540,7 @@ def test_it_reads_what_a_dead_leader_acknowledged_from_the_new_leader_soon_after
     reader = TimedReader(opened[0])
     try:
         controller = active_controller(cluster)
-        led = [(p, node) for p, node in sorted(leaders(admin, topic).items()) if node != controller]
+        led = [(p, node) for p, node in sorted(every_leader(admin, topic).items()) if node != controller]
         assert led, f"every partition is led by the active controller, node {controller}"
         partition, leader = led[0]
         first, second = f"{partition}:0", f"{partition}:1"
@@ -627,12 +649,15 @@ def test_it_streams_every_record_once_when_the_active_controller_is_killed(
     """
     controller = active_controller(cluster)
     assert controller is not None, "no quorum leader found"
-    led_before = leaders(admin, load.topic)
+    led_before = every_leader(admin, load.topic)
     killed = time.monotonic()
     cluster.kill(controller, signal.SIGKILL)
     poll_until("another controller", lambda: active_controller(cluster) not in (None, controller), timeout=30)
     elected = poll_until(
-        "every partition led", lambda: controller not in leaders(admin, load.topic).values(), timeout=30, interval=0.05
+        "every partition led by another",
+        lambda: len(led := leaders(admin, load.topic)) == PARTITIONS and controller not in led.values(),
+        timeout=30,
+        interval=0.05,
     )
     poll_until("events of every partition after the kill", lambda: load.received_since(killed), timeout=30)
 
