@@ -11,6 +11,7 @@ Config = dict[str, str | int | float | bool]
 # still knew would come back, with the broker's default partitions, under the streams that just ended. The
 # platform creates the topics it needs itself (streams/kafka/admin.py), so none of its clients ever asks.
 NEVER_CREATE: Config = {"allow.auto.create.topics": False}
+METADATA_MAX_AGE_MS = 900_000  # librdkafka's default with its default refresh interval (three times 300 s)
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,9 @@ class KafkaSettings:
     # librdkafka prefetches up to this much per consumer (its default, 64 MiB, would dwarf a small cache).
     fetch_queue_kbytes: int = 8192
     max_historical_readers: int = 0  # at once per process; 0: no limit
+    # How often the live fetcher asks Kafka for its topics' partition leaders (`fetcher_config`): one metadata
+    # request per worker process per interval, naming the topics it fetches.
+    leader_refresh_ms: int = 250
 
     def consumer_config(self) -> Config:
         """librdkafka settings for a group-less reader (``assign()`` with explicit offsets)."""
@@ -44,6 +48,24 @@ class KafkaSettings:
             "fetch.max.bytes": min(52428800, self.fetch_queue_kbytes * 1024),
             "socket.connection.setup.timeout.ms": int(self.metadata_timeout_s * 1000),
             **NEVER_CREATE,
+        }
+
+    def fetcher_config(self) -> Config:
+        """The live fetcher's consumer (streams/kafka/fetcher.py): `consumer_config()`, and a partition whose leader
+        died is fetched from the new leader within two `leader_refresh_ms` of Kafka electing it (docs/operations.md,
+        "Broker failover").
+
+        librdkafka asks again for such a partition's leader only on its one-second scan of topics, and on learning
+        the new leader it can leave the partition parked until the next scan (traced on 2.16: a second more), so a
+        record stalled up to two seconds longer on a stream than on a producer. Its periodic refresh of the assigned
+        topics' metadata, at this pace, finds the leader and clears the parking sooner. The metadata cache keeps
+        librdkafka's usual age (it would otherwise default to three refresh intervals and expire under a broker's
+        slow answers).
+        """
+        return {
+            **self.consumer_config(),
+            "topic.metadata.refresh.interval.ms": self.leader_refresh_ms,
+            "metadata.max.age.ms": METADATA_MAX_AGE_MS,
         }
 
     def producer_config(self) -> Config:

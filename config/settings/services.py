@@ -26,6 +26,7 @@ KAFKA = KafkaSettings(
     fetch_wait_max_ms=envint("KAFKA_FETCH_WAIT_MAX_MS", default=20, minimum=1, maximum=10_000),
     metadata_timeout_s=envint("KAFKA_METADATA_TIMEOUT_MS", default=5_000, minimum=100) / 1000,
     fetch_queue_kbytes=envint("KAFKA_FETCH_QUEUE_KBYTES", default=8192, minimum=1024),
+    leader_refresh_ms=envint("KAFKA_LEADER_REFRESH_MS", default=250, minimum=10, maximum=300_000),
     # Kafka consumers one process opens at once for streams replaying history older than its cache (0: no limit);
     # past it a new stream that needs one gets a 503, and one already open waits for a free reader.
     max_historical_readers=envint("SSE_MAX_HISTORICAL_READERS", default=64, minimum=0),

@@ -279,7 +279,7 @@ class ConsumerProcess:
                 cwd=ROOT, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
             )  # fmt: skip
         conn = Connection(ours.detach())
-        conn.send(("config", self._kafka.consumer_config(), self._batch_size))
+        conn.send(("config", self._kafka.fetcher_config(), self._batch_size))
         conn.send(("models", self.models))
         self.waiting = {}
         self._started_at = time.monotonic()
