@@ -251,8 +251,9 @@ def _consumer_module(pid: int) -> str | None:
     except OSError:
         return None
     found = next((part.decode() for part in command if part.startswith(b"streams.kafka.")), None)
-    if found is not None and command[-1] == b"host":
-        return f"{found} host"
+    for mode in (b"host", b"decode"):  # the historical readers' host, the decoded topics' fetch process
+        if found is not None and mode in command[-3:]:
+            return f"{found} {mode.decode()}"
     return found
 
 

@@ -117,8 +117,9 @@ DECODE_MAX_BYTES = envint("DECODE_MAX_BYTES", default=2 * 1024 * 1024, minimum=1
 DECODE_MAX_ITEMS = envint("DECODE_MAX_ITEMS", default=100_000, minimum=10)
 DECODE_MAX_DEPTH = envint("DECODE_MAX_DEPTH", default=100, minimum=2, maximum=1000)
 # One record's own decoding work (not a registry's answer or a schema's compile, which have timeouts of their own)
-# may take this long before its decoder process is ended and the record skipped as `too-slow`.
+# may take this long before the process decoding it (the decoded topics' fetch process, the historical readers'
+# decoder process) is ended and the record skipped as `too-slow`.
 DECODE_BUDGET_MS = envint("DECODE_BUDGET_MS", default=1000, minimum=10, maximum=60_000)
-# The address space of each decoder process: past it an allocation fails (the record is skipped as `crashed`)
-# rather than the kernel's OOM killer choosing a process (0: no limit).
+# The address space of the historical readers' decoder process: past it an allocation fails (the record is skipped
+# as `crashed`) rather than the kernel's OOM killer choosing a process (0: no limit).
 DECODE_MEMORY_MB = envint("DECODE_MEMORY_MB", default=1024, minimum=0)

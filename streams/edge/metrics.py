@@ -194,7 +194,7 @@ class Metrics:
             CACHE_BYTES.set(hub.cache.bytes)
             CACHED_TOPICS.set(len(hub.topics))
             self._set_lags(fetch_lags(hub))
-            self._set_waiting(hub.fetcher.waiting)
+            self._set_waiting(hub.fetcher.consumers.waiting)
 
     def _sync_decoding(self) -> None:
         """What the consumer processes decoded and skipped since the last sync (streams/kafka/decoding.py)."""
@@ -230,7 +230,7 @@ class Metrics:
 def fetch_lags(hub: Hub) -> dict[tuple[str, int], int]:
     """Per fetched topic-partition: Kafka's end, as the fetcher last heard it, minus the cache's next offset."""
     lags = {}
-    for key, high in hub.fetcher.thread.highs.items():
+    for key, high in hub.fetcher.consumers.highs.items():
         window = hub.cache.log(*key)
         if window is not None and key in hub.fetcher.partitions:
             lags[key] = max(0, high - window.next_offset)

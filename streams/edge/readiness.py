@@ -65,7 +65,7 @@ async def _in_thread(check: Callable[[], None]) -> None:
 def waits(hub: Hub | None) -> dict[str, str]:
     """What streams of the process of `hub` wait for though it is ready: "schema-registry" -> the waiting
     partitions and why, when records wait for their registry. Empty when nothing waits."""
-    waiting = hub.fetcher.waiting if hub is not None else {}
+    waiting = hub.fetcher.consumers.waiting if hub is not None else {}
     if not waiting:
         return {}
     topics = ", ".join(f"{topic}[{partition}]" for topic, partition in sorted(waiting))
@@ -78,7 +78,7 @@ async def checks(runtime: Runtime) -> dict[str, str]:
     hub = runtime.hub()
 
     async def fetcher() -> None:
-        if not hub.fetcher.thread.alive:
+        if not hub.fetcher.consumers.alive:
             raise RuntimeError("the fetcher thread has stopped: no stream of this process receives anything")
 
     probes: dict[str, Callable[[], Awaitable[None]]] = {

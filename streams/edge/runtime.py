@@ -134,7 +134,7 @@ class Runtime:
         hub = current_hub()
         counts = hub.stats() if hub else dict.fromkeys(IDLE_COUNTERS, 0)
         counts["kafka_consumers"] += ReaderStats.historical_readers
-        fetching = hub is None or hub.fetcher.thread.alive
+        fetching = hub is None or hub.fetcher.consumers.alive
         return {
             "status": "ok" if fetching else "fetcher stopped",
             "streams": self.stats.open_streams,

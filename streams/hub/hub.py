@@ -157,7 +157,7 @@ class Hub:
             try:
                 topics = [state for state in self.topics.values() if state.subscribers]
                 now = self.loop.time()
-                await self.stalls.check(topics, self.cache, self.metadata, now, self.fetcher.waiting)
+                await self.stalls.check(topics, self.cache, self.metadata, now, self.fetcher.consumers.waiting)
             except Exception:
                 log.exception("the stall check failed")
 
@@ -177,14 +177,14 @@ class Hub:
 
     def stats(self) -> dict[str, int]:
         return {
-            "kafka_consumers": 1,
+            "kafka_consumers": len(self.fetcher.consumers.running),
             "fetch_streams": self.fetcher.fetch_streams,
             "subscriptions": sum(len(state.subscribers) for state in self.topics.values()),
             "cached_topics": len(self.topics),
             "cache_bytes": self.cache.bytes,
             "stalled_streams": self.stalls.stalled,
             "stalls_noticed": self.stalls.noticed,
-            "fetcher_restarts": self.fetcher.thread.restarts,
+            "fetcher_restarts": self.fetcher.consumers.restarts,
             **self.deletions.stats(),
         }
 

@@ -76,6 +76,10 @@ class Decoder:
         self.models = models
         self.child.send(("models", models))
 
+    def skip(self, records: list[tuple[str, int, int]]) -> None:
+        """Never decode these (topic, partition, offset): a process died on each."""
+        self.poison.update(dict.fromkeys(records))
+
     def submit(self, entries: list[Entry]) -> None:
         if self._entries is not None:
             raise RuntimeError("a job is in flight")
@@ -199,7 +203,7 @@ class Child:
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._slot_fd = os.memfd_create("decoder-slot")
-        os.ftruncate(self._slot_fd, Slot.LAYOUT.size)
+        os.ftruncate(self._slot_fd, Slot.SIZE)
         self.slot = Slot(self._slot_fd)  # what the decoder is on: read while it works and after it died
         self.process: subprocess.Popen[bytes] | None = None
         self.conn: Connection | None = None
@@ -213,7 +217,7 @@ class Child:
         return self.process.pid if self.process is not None else None
 
     def start(self, models: Models) -> None:
-        self.slot.memory[:] = bytes(Slot.LAYOUT.size)
+        self.slot.memory[:] = bytes(Slot.SIZE)
         ours, theirs = socket.socketpair()
         with theirs:
             self.process = subprocess.Popen(

@@ -40,18 +40,35 @@ Result = RecordTuple | str | bool | None
 
 
 class Slot:
-    """Shared memory where the decoder says what it does, read by its owner while it works and after it died:
-    (sequence, job, index, state). The sequence counts the records begun; `index` is the record's place in the
-    job. A reader sees a consistent slot once the decoder stopped (it is read after the process ended), and at
-    worst a stale one while it runs (the watch then waits one more look)."""
+    """Shared memory where a decoding process says what it does, read by its owner while it works and after it
+    died: (sequence, job, index, state), and where the record is (`at`, `where`: a decoded topics' fetch process
+    decodes records it fetched itself, in no job). The sequence counts the records begun; `index` is the record's
+    place in the job. A reader sees a consistent slot once the process stopped (it is read after the process
+    ended), and at worst a stale one while it runs (the watch then waits one more look)."""
 
     LAYOUT = struct.Struct("<QqIB")
+    PLACE = struct.Struct("<iqH")  # partition, offset, the topic's length in bytes (the topic follows)
+    SIZE = LAYOUT.size + PLACE.size + 256  # Kafka's topic names have at most 249 characters
     IDLE, RECORD, SCHEMA = 0, 1, 2  # states: between records, a record's own work, schema work
 
     def __init__(self, fd: int) -> None:
-        self.memory = mmap.mmap(fd, self.LAYOUT.size)
+        self.memory = mmap.mmap(fd, self.SIZE)
         self._sequence = 0
         self._job = self._index = 0
+        self._topic, self._name_size = "", 0
+
+    def at(self, topic: str, partition: int, offset: int) -> None:
+        """The record about to begin is this one."""
+        if topic != self._topic:
+            name = topic.encode()[:256]
+            self.memory[self.LAYOUT.size + self.PLACE.size : self.LAYOUT.size + self.PLACE.size + len(name)] = name
+            self._topic, self._name_size = topic, len(name)
+        self.PLACE.pack_into(self.memory, self.LAYOUT.size, partition, offset, self._name_size)
+
+    def where(self) -> tuple[str, int, int]:
+        partition, offset, size = self.PLACE.unpack_from(self.memory, self.LAYOUT.size)
+        start = self.LAYOUT.size + self.PLACE.size
+        return self.memory[start : start + size].decode("utf-8", "replace"), partition, offset
 
     def begin(self, job: int, index: int) -> None:
         self._sequence += 1
@@ -75,6 +92,7 @@ def decode(decoding: Decoding, slot: Slot, job: int, entries: list[tuple[str, Re
         if key in stopped or size > ANSWER_BYTES:
             results.append(False)
             continue
+        slot.at(topic, record[0], record[1])
         slot.begin(job, index)
         try:
             decoded = decoding.record(topic, record)

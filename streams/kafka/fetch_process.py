@@ -1,11 +1,15 @@
 """The worker's Kafka consumers, in child processes: what crashes in librdkafka ends only such a process.
 
-Started by `ConsumerProcess` (streams/kafka/fetcher.py) as `python -m streams.kafka.fetch_process FD`, where FD is its
-end of a socket pair carrying pickled messages both ways; with `host` after FD, it hosts the historical readers'
-consumers instead (`Host`, streams/kafka/host_process.py). It imports no Django and knows nothing of streams: it
-applies the commands it is given, in order, polls, and sends back what it fetched: the records of topics with
-key/value models once its decoder process decoded them (streams/kafka/decoder.py, decode_queue.py), the others as
-they come, so that no record being decoded holds up a topic that needs no decoding.
+Started by `ConsumerProcess` (streams/kafka/consumer_process.py) as `python -m streams.kafka.fetch_process FD`, where
+FD is its end of a socket pair carrying pickled messages both ways; with `host` after FD, it hosts the historical
+readers' consumers instead (`Host`, streams/kafka/host_process.py). It imports no Django and knows nothing of
+streams: it applies the commands it is given, in order, polls, and sends back what it fetched.
+
+A worker runs two: one fetches the topics without models and decodes nothing; the other, started as
+`... FD decode SLOT`, fetches the topics with key/value models and decodes their records in place
+(`InlineDecoder`, streams/kafka/inline_decoder.py, through `DecodeQueue`), saying in the shared SLOT which record it
+is on, so that the worker can end it when a record runs past its budget and tell the next one which record the
+last died on (decision 0012). No record being decoded holds up a topic that needs no decoding.
 
 Commands (parent to child), tuples:
     ("config", {librdkafka settings}, batch size)  first, once
@@ -13,6 +17,7 @@ Commands (parent to child), tuples:
     ("unassign", [(topic, partition), ...])    resumed first: librdkafka keeps a pause across assignments
     ("pause" | "resume", [(topic, partition), ...])
     ("models", Models)                          decode with these from now on (after "config", and on change)
+    ("poison", [(topic, partition, offset), ...])  never decode these: a process died on each
     ("taken",)                                  the parent took a batch: another may be sent
     ("stop",)                                   close the consumer and exit
 Messages (child to parent), tuples:
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sys
 import time
@@ -43,9 +49,10 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streams.kafka.decode_queue import DecodeQueue
-from streams.kafka.decoder import Decoder
+from streams.kafka.decoder_process import RECURSION_LIMIT, Slot
 from streams.kafka.decoding import Models
 from streams.kafka.host_process import Host
+from streams.kafka.inline_decoder import InlineDecoder
 from streams.kafka.process_logs import log_to_stderr
 from streams.kafka.records import RecordTuple, record_tuple
 
@@ -57,8 +64,6 @@ MAX_BATCHES_IN_FLIGHT = 2
 HIGHS_EVERY_S = 1.0  # how often Kafka's end of each partition is noted, for the fetch-lag metric
 METADATA_TIMEOUT_S = 5.0
 POLL_S = 0.05  # how long a poll waits for a record when nothing else is to be done
-DECODING_POLL_S = 0.005  # ... while the decoder decodes: its answer is sent that soon after it comes
-ANSWER_WAIT_S = 0.01  # how long a new job's answer is waited for at once (most come within a millisecond)
 # Errors that mean the topic (or the partition) is not there: the parent checks the topic and drops it if gone.
 TOPIC_GONE = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 TOPIC_GONE.add(getattr(KafkaError, "UNKNOWN_TOPIC_ID", KafkaError.UNKNOWN_TOPIC_OR_PART))
@@ -157,15 +162,13 @@ class Fetch:
     """The child's loop: the parent's commands, then a poll, the decoder's turn and the watermarks, while it has
     partitions (`Partitions`) and room for a batch in flight."""
 
-    def __init__(self, conn: Connection, config: dict[str, Any], batch_size: int) -> None:
+    def __init__(self, conn: Connection, config: dict[str, Any], batch_size: int, decoder: InlineDecoder) -> None:
         self.conn, self.batch_size = conn, batch_size
         self.consumer = Consumer({**config, "enable.partition.eof": True})
         self.partitions = Partitions(self.consumer)
         self.in_flight = 0
         self.highs_due = 0.0
-        self.models = Models()
-        self.decoded_topics: dict[str, bool] = {}  # whether a topic's records go through the decoder
-        self.decoder = Decoder()
+        self.decoder = decoder
         self.queue = DecodeQueue()
         self.waiting_said: dict[Key, str] = {}
 
@@ -176,7 +179,7 @@ class Fetch:
                 if not self.commands(0.1 if not polling or self.in_flight >= MAX_BATCHES_IN_FLIGHT else 0):
                     return
                 if polling and self.in_flight < MAX_BATCHES_IN_FLIGHT:
-                    self.poll(DECODING_POLL_S if self.decoder.busy else POLL_S)
+                    self.poll(POLL_S)
                     self.pump()
                     self.note_highs()
         except OSError:  # the parent went away while this process sent to it
@@ -222,35 +225,19 @@ class Fetch:
     def do_resume(self, keys: Iterable[Key]) -> None:
         self.partitions.resume(keys)
 
+    def do_poison(self, records: list[tuple[str, int, int]]) -> None:
+        self.decoder.skip(records)
+
     def do_models(self, models: Models) -> None:
-        if models != self.models:
-            self.models = models
-            self.decoded_topics = {}
-            self.decoder.use(models)
+        if self.decoder.use(models):
             self.queue.retry_soon()  # a catalog may have changed its URL: try the waiting records again now
 
-    def decodes(self, topic: str) -> bool:
-        found = self.decoded_topics.get(topic)
-        if found is None:
-            found = self.decoded_topics[topic] = self.models.decodes(topic)
-        return found
-
     def pump(self) -> None:
-        """Send what the decoder answered, give it the next job, and pause or resume the partitions the queue
-        blocks or no longer blocks."""
-        results = self.decoder.collect()
-        if results is not None:
-            self.send_decoded(results)
-        ready = not self.decoder.busy and self.in_flight < MAX_BATCHES_IN_FLIGHT
-        if ready and (job := self.queue.job(self.batch_size, BATCH_BYTES)):
-            self.decoder.submit(job)
-            if (results := self.decoder.collect(ANSWER_WAIT_S)) is not None:
-                self.send_decoded(results)
+        """Decode what the queue has due and send it, and pause or resume the partitions the queue blocks or no
+        longer blocks."""
+        if self.in_flight < MAX_BATCHES_IN_FLIGHT and (job := self.queue.job(self.batch_size, BATCH_BYTES)):
+            self.send_batch(*self.queue.done(self.decoder.decode(job)))
         self.partitions.block(self.queue.blocked())
-
-    def send_decoded(self, results: list[Any]) -> None:
-        records, eof = self.queue.done(results)
-        self.send_batch(records, eof)
 
     def send_batch(self, records: dict[Key, list[RecordTuple]], eof: list[Key]) -> None:
         polling = self.partitions.polling
@@ -295,7 +282,7 @@ class Fetch:
             self.conn.send(("errors", errors))
         records: dict[Key, list[RecordTuple]] = {}
         for key, found in fetched.items():
-            if key in self.queue or self.decodes(key[0]):
+            if key in self.queue or self.decoder.decodes(key[0]):
                 self.queue.add(key, polling[key], found)
             else:
                 records[key] = found
@@ -341,12 +328,19 @@ def main() -> None:
     if sys.argv[2:] == ["host"]:
         Host(conn).run()
         return
+    if sys.argv[2:3] == ["decode"]:  # the decoded topics' fetch process: decodes in place, watched by the worker
+        sys.setrecursionlimit(RECURSION_LIMIT)
+        decoder = InlineDecoder(int(sys.argv[3]))
+    else:  # decodes nothing: the worker gives this process no models (its slot is its own, for nobody to read)
+        slot = os.memfd_create("unwatched-slot")
+        os.ftruncate(slot, Slot.SIZE)
+        decoder = InlineDecoder(slot)
     try:
         name, config, batch_size = conn.recv()
     except EOFError:
         return
     assert name == "config"  # noqa: S101
-    Fetch(conn, config, batch_size).run()
+    Fetch(conn, config, batch_size, decoder).run()
 
 
 if __name__ == "__main__":

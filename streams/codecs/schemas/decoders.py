@@ -23,6 +23,7 @@ decodes to is measured against every bound (a JSON record's text before its sche
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -35,6 +36,8 @@ from streams.codecs.schemas.sources import Catalogs, SchemaSource, referenced
 from streams.codecs.schemas.spec import ModelSpec, Part, SchemaFormat, matches, topic_subject
 
 _T = TypeVar("_T")
+KNOWN_S = 1.0  # how long a registry catalog's decoder uses what it found an id to be without asking the cache
+KNOWN_IDS = 64
 _LIMITS = Limits()
 Read = Callable[[Schema, tuple[tuple[str, Schema], ...], memoryview, Limits], Any]
 
@@ -82,22 +85,37 @@ class _Framed:
         self._read = _READS[self._format]
         self._budget = budget
         self._limits = limits
+        # What an id was found to be a moment ago: the registry's cache answers the same, at the cost of two
+        # lookups a record; this stands in for KNOWN_S, then the registry's cache (and its max-age) is asked again.
+        self._known: dict[int, tuple[Schema, tuple[tuple[str, Schema], ...], float]] = {}
 
     def decode(self, raw: bytes | None) -> bytes | None:
         if raw is None:
             return None
         self._limits.check_size(raw)
         schema_id, payload = unframe(raw)
+        schema, imports = self._schema(schema_id)
+        if self._format == "protobuf":
+            indexes, payload = message_indexes(payload)
+            value = _read_protobuf(schema, imports, payload, self._limits, indexes=indexes, budget=self._budget)
+            return dumps(value, self._limits)
+        return dumps(self._read(schema, imports, payload, self._limits), self._limits)
+
+    def _schema(self, schema_id: int) -> tuple[Schema, tuple[tuple[str, Schema], ...]]:
+        """The schema of `schema_id` and what it imports, once the model allows the id."""
+        now = time.monotonic()
+        known = self._known.get(schema_id)
+        if known is not None and now < known[2]:
+            return known[0], known[1]
         self._allow(schema_id)
         schema = self._source.by_id(schema_id)
         if schema.format != self._format:
             raise DecodeError(Reason.SCHEMA_MISMATCH, f"schema {schema_id} is {schema.format}, not {self._format}")
-        if self._format == "protobuf":
-            indexes, payload = message_indexes(payload)
-            imports = referenced(schema, self._source)
-            value = _read_protobuf(schema, imports, payload, self._limits, indexes=indexes, budget=self._budget)
-            return dumps(value, self._limits)
-        return dumps(self._read(schema, referenced(schema, self._source), payload, self._limits), self._limits)
+        imports = referenced(schema, self._source)
+        if len(self._known) >= KNOWN_IDS:
+            self._known.clear()
+        self._known[schema_id] = (schema, imports, now + KNOWN_S)
+        return schema, imports
 
     def _allow(self, schema_id: int) -> None:
         """Refuse an id the model does not allow (the registry's answer on which subjects hold it is cached)."""

@@ -160,7 +160,7 @@ def test_a_stream_that_receives_nothing_while_its_partition_grows_is_noticed(
         produce(topic, b"before")
         wait_until(lambda: stream.values == ["before"])
         # The defect this watch is for: the consumer stops fetching a partition behind the fetcher's back.
-        hub.fetcher.thread.send(("pause", [(topic, 0)]))  # to the consumer, not in the bookkeeping
+        hub.fetcher.plain.send(("pause", [(topic, 0)]))  # to the consumer, not in the bookkeeping
 
         def noticed() -> bool:
             produce(topic, b"while stalled")
@@ -170,7 +170,7 @@ def test_a_stream_that_receives_nothing_while_its_partition_grows_is_noticed(
         assert hub.stats()["stalls_noticed"] == 1
         received = len(stream.values)
 
-        hub.fetcher.thread.send(("resume", [(topic, 0)]))
+        hub.fetcher.plain.send(("resume", [(topic, 0)]))
         wait_until(lambda: hub.stats()["stalled_streams"] == 0 and len(stream.values) > received, timeout=10)
         assert hub.stats()["stalls_noticed"] == 1
 

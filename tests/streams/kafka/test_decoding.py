@@ -244,7 +244,7 @@ def test_without_a_cached_schema_a_registry_outage_makes_the_stream_wait_and_it_
         line.cut()
         produce(topic, avro(topic, order(0)))  # the producer reaches the registry; the platform does not
         produce(topic, avro(topic, order(1)))
-        wait_until(lambda: (topic, 0) in hub.fetcher.waiting, timeout=20)
+        wait_until(lambda: (topic, 0) in hub.fetcher.consumers.waiting, timeout=20)
         assert stream.values == []  # waiting, not skipping
         assert "wait for their schema registry" in waits(hub)["schema-registry"]
         assert topic in waits(hub)["schema-registry"]
@@ -252,7 +252,7 @@ def test_without_a_cached_schema_a_registry_outage_makes_the_stream_wait_and_it_
 
         line.restore()
         assert received(stream, 2, timeout=60) == [documented(0), documented(1)]
-        wait_until(lambda: not hub.fetcher.waiting, timeout=10)
+        wait_until(lambda: not hub.fetcher.consumers.waiting, timeout=10)
         assert waits(hub) == {}
         produce(topic, avro(topic, order(2)))
         assert received(stream, 3)[-1] == documented(2)

@@ -136,7 +136,7 @@ def test_a_batch_polled_under_an_ended_assignment_is_not_delivered(loop_thread: 
         old = instance.partitions[("t", 0)].epoch
         instance.assign("t", 0, 0)  # moved while a batch polled under `old` was in flight
         for epoch in (old, instance.partitions[("t", 0)].epoch):
-            instance._deliver(FetchedBatch(records={("t", 0): [record]}, eof={("t", 0)}, epochs={("t", 0): epoch}))
+            instance.deliver(instance.plain, {("t", 0): [record]}, {("t", 0)}, {("t", 0): epoch})
 
     loop_thread.run(scenario())
     assert received.offsets() == [7]  # once: the batch of the current assignment
