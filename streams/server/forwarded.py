@@ -1,13 +1,16 @@
-"""Which client a request comes from: the peer, or what a trusted proxy says in its forwarded headers.
+"""Which client a request comes from: the peer, or what the edge (or a trusted proxy) says in forwarded headers.
 
 daphne's `--proxy-headers` takes `X-Forwarded-For` (its first entry), `X-Forwarded-Port` and `X-Forwarded-Proto`
 from whoever sends them, and `Daphne-Root-Path` from any request. The per-address stream limit, the challenge
 rate and the admin's sign-in lockout all key on the client address, so a client that writes its own
 `X-Forwarded-For` would pick the address they count. `ClientOrigin.rewrite` runs on each request's scope before
-the application sees it and undoes what daphne took, unless the request came from a trusted proxy:
+the application sees it and undoes what daphne took, unless the request came through the edge or a trusted proxy:
 
-- only a peer inside `TRUSTED_PROXIES` (addresses or networks) is believed, and never on the TLS port, which
-  clients reach directly (a proxy that terminates TLS talks to the plain port);
+- the edge (platform/edge/haproxy.cfg) reaches the workers on their Unix socket, which nobody else can: what it
+  says is believed. It drops whatever a client wrote in these headers and writes the client's address, port and
+  scheme itself;
+- over TCP, only a peer inside `TRUSTED_PROXIES` (addresses or networks) is believed (an operator's own proxy in
+  place of the edge, docs/operations.md), and never over TLS, which clients reach directly;
 - from a trusted peer, the client is the rightmost `X-Forwarded-For` entry that is not itself a trusted proxy:
   each proxy appends the address it saw, so entries to the left of that one are the client's own writing. An
   entry is read as `host_of` reads it (streams/server/addresses.py): a port a proxy wrote beside the address
@@ -84,11 +87,15 @@ class ClientOrigin:
             self._trusted[host] = trusted
         return trusted
 
-    def rewrite(self, scope: dict[str, Any], peer: tuple[str, int] | None, secure: bool) -> None:
-        """Correct `scope` (daphne's, for a request from `peer` over TLS or not) before the application sees it."""
+    def rewrite(
+        self, scope: dict[str, Any], peer: tuple[str, int] | None, *, secure: bool, from_edge: bool = False
+    ) -> None:
+        """Correct `scope` (daphne's, for a request from `peer` over TLS or not, or from the edge) before the
+        application sees it."""
         scope["root_path"] = self.root_path
         connection_scheme = "https" if secure else "http"
-        if peer is None or secure or not self.is_trusted(peer[0]):
+        trusted = from_edge or (peer is not None and not secure and self.is_trusted(peer[0]))
+        if not trusted:
             scope["client"] = list(peer) if peer is not None else None
             scope["scheme"] = connection_scheme
             scope["headers"] = [(name, value) for name, value in scope["headers"] if name not in self.dropped]
@@ -98,7 +105,8 @@ class ClientOrigin:
         headers = scope["headers"]
         host = self.client_host(headers)
         if host is None:
-            scope["client"], scope["scheme"] = list(peer), connection_scheme
+            scope["client"] = list(peer) if peer is not None else None
+            scope["scheme"] = connection_scheme
             return
         scope["client"] = [host, self.forwarded_port(headers)]
         scope["scheme"] = self.forwarded_scheme(headers, connection_scheme)

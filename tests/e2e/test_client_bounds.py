@@ -1,6 +1,7 @@
-"""What one client address can hold of a web worker, with the settings a user gets: streams that wait on a shut
-HTTP/2 window cost no CPU while they wait; a reader that takes a trickle is closed once it fails to catch up in
-SSE_CATCH_UP_S; streams and connections per address are capped, HTTP/2 included.
+"""What one client address can hold of a node (the edge and a worker), with the settings a user gets: streams that
+wait on a shut HTTP/2 window cost no CPU while they wait, and are reset once they took nothing for the edge's client
+timeout; a reader that takes a trickle is closed once it fails to catch up in SSE_CATCH_UP_S; streams and
+connections per address are capped, HTTP/2 included.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tests.e2e.test_http2 import SMALL_BUFFERS, value, web_with_https
 from tests.e2e.test_zilla_scenarios import Produce, route
 from tests.streams.edge.test_limits import route_on
 from tests.support.h2client import H2Client, tls_context
-from tests.support.servers import HOST, children
+from tests.support.servers import HOST
 
 pytestmark = pytest.mark.django_db(transaction=True)
 DEFAULT_STREAMS_PER_CLIENT = 100  # SSE_MAX_STREAMS_PER_CLIENT's default
@@ -66,15 +67,14 @@ def test_http2_streams_waiting_on_a_shut_window_cost_no_cpu(new_topic: Callable[
             assert statuses(clients) == [200] * 100
             wait_until(lambda: web.health()["streams"] == 100)
             time.sleep(1)  # the streams' first writes, held by the window, have paused them all
-            (worker,) = children(web.process.pid)
-            before = cpu_seconds(worker)
+            before = sum(cpu_seconds(pid) for pid in web.pids())
             time.sleep(5)
-            spent = cpu_seconds(worker) - before
+            spent = sum(cpu_seconds(pid) for pid in web.pids()) - before
             assert web.health()["streams"] == 100  # all held open all along
         finally:
             for client in clients:
                 client.close()
-    assert spent < 0.15, f"{spent:.2f} s of CPU in 5 s for 100 waiting streams"  # before: 0.30-0.32 s
+    assert spent < 0.15, f"{spent:.2f} s of CPU in 5 s for 100 waiting streams"  # before: 0.30-0.32 s (worker)
 
 
 def test_http2_streams_past_the_per_address_cap_are_refused(new_topic: Callable[..., str]) -> None:
@@ -128,7 +128,6 @@ def test_connections_past_the_per_address_cap_are_closed_on_either_port() -> Non
             tls.close()
             for sock in held:
                 sock.close()
-        assert web.health()["connections_refused"] >= 2  # more if the retry above came before the close was seen
 
 
 def test_a_reader_that_takes_a_trickle_is_closed_once_it_fails_to_catch_up(
@@ -165,10 +164,11 @@ def test_a_reader_that_takes_a_trickle_is_closed_once_it_fails_to_catch_up(
             client.close()
 
 
-def test_a_refusal_held_by_a_shut_http2_window_is_reset_after_the_catch_up_bound() -> None:
+def test_a_refusal_held_by_a_shut_http2_window_is_reset_after_the_client_timeout() -> None:
     """A response that has ended, but whose body waits for a window the client never opens, held its stream, request
-    and queue for as long as the connection lived: 100 streams per connection, 100 connections per address."""
-    with web_with_https(SSE_CATCH_UP_S="2") as web:
+    and queue for as long as the connection lived: 100 streams per connection, 100 connections per address. The
+    edge resets such a stream once it took nothing for its client timeout (HTTP_HEADER_TIMEOUT_S)."""
+    with web_with_https(HTTP_HEADER_TIMEOUT_S="2") as web:
         (client,) = open_zero_window_streams(web.tls_port, "/no-such-route", connections=1, per_connection=10)
         try:
             assert statuses([client]) == [404] * 10  # the headers go out; the problem body waits for the window

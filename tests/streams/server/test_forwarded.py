@@ -98,3 +98,18 @@ def test_trust_is_remembered_per_address_and_forgotten_past_a_bound(monkeypatch:
     assert asked == [False] * 20 + [True, False]
     assert again == list(reversed(asked))
     assert len(origin._trusted) <= 8
+
+
+def test_from_the_edge_the_forwarded_client_and_scheme_are_believed_whatever_the_trusted_proxies() -> None:
+    """The edge reaches a worker on its Unix socket (no peer address): what it forwards is believed, with no
+    `TRUSTED_PROXIES` naming it; a client's own entry, which the edge would have dropped, is not."""
+    origin = ClientOrigin((), root_path="", address_header="X-Forwarded-For", port_header="X-Forwarded-Port",
+                          proto_header="X-Forwarded-Proto")  # fmt: skip
+    given = scope(
+        (b"x-forwarded-for", b"198.51.100.1"), (b"x-forwarded-port", b"8443"), (b"x-forwarded-proto", b"https")
+    )
+    origin.rewrite(given, None, secure=False, from_edge=True)
+    assert (given["client"], given["scheme"], given["root_path"]) == (["198.51.100.1", 8443], "https", "")
+    alone = scope((b"x-forwarded-for", b"198.51.100.1"))
+    origin.rewrite(alone, None, secure=False)  # no peer address, and not the edge: nothing is believed
+    assert (alone["client"], alone["scheme"], alone["headers"]) == (None, "http", [])
