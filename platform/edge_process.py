@@ -70,17 +70,30 @@ def find_haproxy() -> str:
     return found
 
 
+def private_directory(parent: Path) -> Path:
+    """A directory only this user may enter, for this supervisor's socket and key: ``web-<pid>`` under `parent`.
+    Those of supervisors no longer running (killed before they could clean up) are removed first."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for stale in parent.glob("web-*"):
+        pid = stale.name.removeprefix("web-")
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(stale, ignore_errors=True)
+    private = parent / f"web-{os.getpid()}"
+    if len(os.fsencode(private / "web.sock")) > SOCKET_PATH_MAX:
+        private = Path(tempfile.mkdtemp(prefix="sse-web-"))
+    private.mkdir(mode=0o700, exist_ok=True)
+    private.chmod(0o700)
+    return private
+
+
 def unix_listener(directory: Path, backlog: int) -> tuple[socket.socket, Path]:
-    """The workers' listening socket, readable and writable by this user only, inheritable for ``pass_fds``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"web-{os.getpid()}.sock"
-    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
-        path = Path(tempfile.mkdtemp(prefix="sse-web-")) / "web.sock"
+    """The workers' listening socket in `directory`, inheritable for ``pass_fds``. `directory` is private: a
+    worker's Twisted makes the socket itself world-writable when it adopts it."""
+    path = directory / "web.sock"
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(str(path))
-    path.chmod(0o600)
     sock.listen(backlog)
     sock.setblocking(False)
     sock.set_inheritable(True)
@@ -88,12 +101,11 @@ def unix_listener(directory: Path, backlog: int) -> tuple[socket.socket, Path]:
 
 
 def tls_pem(directory: Path, cert: Path, key: Path) -> Path:
-    """The certificate (and chain) and key in the one PEM file HAProxy reads, readable by this user only."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """The certificate (and chain) and key in the one PEM file HAProxy reads, in the private `directory`."""
+    path = directory / "edge.pem"
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=".edge-", suffix=".pem")
     with os.fdopen(handle, "wb") as out:
         out.write(cert.read_bytes().rstrip(b"\n") + b"\n" + key.read_bytes())
-    path = directory / f"edge-{os.getpid()}.pem"
     os.replace(temporary, path)
     return path
 

@@ -421,13 +421,13 @@ def start_edge(host: str, port: int, https_port: int | None, backlog: int) -> tu
     """The workers' Unix socket, and the edge that forwards to it, its configuration checked."""
     try:
         binary = edge_process.find_haproxy()
+        private = edge_process.private_directory(ROOT / "var" / "run")
+        atexit.register(shutil.rmtree, private, ignore_errors=True)
         pem = None
         if https_port is not None:
             cert, key = certificate(host)
-            pem = edge_process.tls_pem(ROOT / "var" / "run", cert, key)
-            atexit.register(pem.unlink, missing_ok=True)
-        sock, upstream = edge_process.unix_listener(ROOT / "var" / "run", backlog)
-        atexit.register(upstream.unlink, missing_ok=True)
+            pem = edge_process.tls_pem(private, cert, key)
+        sock, upstream = edge_process.unix_listener(private, backlog)
         env = edge_process.environment(host=host, port=port, tls_port=https_port, pem=pem, upstream=upstream)
         edge = edge_process.Edge(binary, upstream, pem, env)
         edge.check()

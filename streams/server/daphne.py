@@ -20,6 +20,8 @@ Run with `python -m streams.server` and daphne's usual arguments, as platform/we
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -32,6 +34,7 @@ from twisted.internet.address import UNIXAddress
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
+from config.env import envint
 from config.logs import log_access
 from streams.server import collector
 from streams.server.bodies import BoundedHTTPFactory
@@ -134,6 +137,15 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
     def review_garbage(self) -> None:
         collector.review()
         cast(Any, reactor).callLater(collector.REVIEW_EVERY_S, self.review_garbage)
+
+    def listen_success(self, port: Any) -> None:
+        super().listen_success(port)
+        if isinstance(port.getHost(), UNIXAddress):
+            # Twisted listens again on a Unix socket it adopts, with a backlog of 50, and a Unix socket queues no
+            # connection past its backlog: a burst of streams through the edge would have its connections refused
+            # at once (503). The supervisor's backlog is given back.
+            with socket.socket(fileno=os.dup(port.fileno())) as sock:
+                sock.listen(envint("WEB_BACKLOG", 4096, minimum=1))
 
     def protocol_connected(self, protocol: Any) -> None:
         collector.request_started()  # a burst of them makes the collector freeze sooner

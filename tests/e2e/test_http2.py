@@ -208,7 +208,8 @@ def test_a_stalled_http2_stream_is_reset_while_the_others_on_its_connection_keep
                 produce(busy, value(index, size))
                 if index % 50 == 0:
                     produce(quiet, value(index // 50, 100))
-            wait_until(lambda: stalled in client.reset, timeout=30)
+            # The worker closes the stalled stream; the edge, which cannot finish its body, lets it go.
+            wait_until(lambda: stalled in client.reset | client.ended, timeout=30)
             grown = web.rss() - before
             produce(quiet, value(count // 50, 100))  # after the reset too
             wait_until(lambda: all(len(client.events(stream)) == count // 50 + 1 for stream in others), timeout=30)
@@ -218,7 +219,7 @@ def test_a_stalled_http2_stream_is_reset_while_the_others_on_its_connection_keep
         assert web.health()["closed_slow"] == 1  # the stalled stream only
         assert not client.lost  # its connection stayed up
         for stream in others:
-            assert stream not in client.reset
+            assert stream not in client.reset | client.ended
             assert indexes(client, stream) == list(range(count // 50 + 1))
         assert len(client.events(stalled)) < count
         # The bound: the cache (4 MiB); the topic's consumer and the stalled stream's reader of history, each
