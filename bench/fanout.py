@@ -276,13 +276,23 @@ class Scenario(harness.Scenario):
         row.consumers = health.get("kafka_consumers", health.get("kafka_readers"))
 
 
+class OpenFailed(Exception):
+    """A scenario's set-up failed: its row says why, and it has nothing else to measure."""
+
+    def __init__(self, row: Row) -> None:
+        super().__init__(row.scenario)
+        self.row = row
+
+
 @contextlib.contextmanager
 def scenario(opts: Options, name: str, row: Row, **kwargs: Any) -> Iterator[Scenario]:
     sc = Scenario(opts, name, **kwargs)
     log(f"scenario {name}: topic {sc.topic}, server port {sc.port}")
+    opened = False
     try:
         sc.open()
         sc.guard()
+        opened = True
         yield sc
     except BenchError as exc:
         reason = sc.guard_tripped or str(exc)
@@ -298,6 +308,8 @@ def scenario(opts: Options, name: str, row: Row, **kwargs: Any) -> Iterator[Scen
         if sc.max_broker_conns and (row.broker_conns or 0) < sc.max_broker_conns:
             row.notes.append(f"up to {sc.max_broker_conns} server connections to the broker during the scenario")
         sc.close()
+    if not opened:
+        raise OpenFailed(row)  # the `with` body never ran: nothing of it may run now
 
 
 def targets_for(clients: int, rate: int, coalescing_off: bool) -> list[tuple[str, str]]:
@@ -646,6 +658,13 @@ def servers_for(opts: Options, args: argparse.Namespace, index: int, kind: str, 
 
 
 def run_step(opts: Options, args: argparse.Namespace, kind: str, what: Any) -> Row:
+    try:
+        return run_kind(opts, args, kind, what)
+    except OpenFailed as failed:
+        return failed.row
+
+
+def run_kind(opts: Options, args: argparse.Namespace, kind: str, what: Any) -> Row:
     if kind == "cell":
         clients, rate, *values = what
         return run_cell(opts, clients, rate, values=values[0] if values else "json")

@@ -342,6 +342,7 @@ class Scenario:
         self.server_env = {**opts.server_env, **(server_env or {})}
         self.start = start
         self.edge: Proc | None = None
+        self.effective_env: dict[str, str] = {}  # what the server was started with
         self.edge_kind = "none" if opts.baseline or opts.processes != 1 else opts.edge
         self.upstream = opts.out_dir / f"{opts.run_id}-{self.port}.sock"  # the server's socket behind an edge
 
@@ -398,6 +399,7 @@ class Scenario:
             if not web.exists():
                 raise BenchError(f"--processes {self.opts.processes} needs {web}")
             argv = [PY, str(web)]
+        self.effective_env = env
         if self.edge_kind != "none":
             argv = self.behind_edge(argv)
         self.server = self.spawn(Proc("server", argv, log_path=self.log_path("server"), env=env, cwd=self.opts.app_dir))
@@ -416,7 +418,8 @@ class Scenario:
 
     def behind_edge(self, argv: list[str]) -> list[str]:
         """The server's command line, listening on a Unix socket behind the edge and believing its headers."""
-        endpoint = f"unix:{self.upstream}:mode=600:backlog=4096"
+        # Open to any local user: nginx's workers run as another user than its master (and the harness).
+        endpoint = f"unix:{self.upstream}:mode=666:backlog=4096"
         at = argv.index("-e")
         return [*argv[:at], "-e", endpoint, "--proxy-headers", *argv[at + 2 :]]
 
@@ -428,7 +431,7 @@ class Scenario:
                 tail = self.server.tail() if self.server is not None else ""
                 raise BenchError(f"the server never listened on {self.upstream}:\n{tail}")
             time.sleep(0.1)
-        argv, env = edge_command(self.edge_kind, self.opts, self.port, self.upstream, self.server_env)
+        argv, env = edge_command(self.edge_kind, self.opts, self.port, self.upstream, self.effective_env)
         self.edge = self.spawn(Proc(self.edge_kind, argv, log_path=self.log_path(self.edge_kind), env=env))
 
     def edge_pids(self) -> list[int]:
