@@ -20,6 +20,7 @@ import json
 import os
 import queue
 import resource
+import secrets
 import shutil
 import signal
 import socket
@@ -309,7 +310,7 @@ class Options:
     broker_pid: int | None
     registry: str | None = None  # a schema registry's Confluent API, for scenarios with Avro values
     baseline: bool = False  # the server is bench/baseline_server.py's live mode, not the platform
-    edge: str = "none"  # "haproxy" or "nginx": one server process behind that edge, on a Unix socket
+    edge: str = "none"  # "haproxy" or "nginx": one server process behind that edge, on a loopback port
     label: str = ""  # how the table names this configuration (`--configs`)
 
 
@@ -344,7 +345,8 @@ class Scenario:
         self.edge: Proc | None = None
         self.effective_env: dict[str, str] = {}  # what the server was started with
         self.edge_kind = "none" if opts.baseline or opts.processes != 1 else opts.edge
-        self.upstream = opts.out_dir / f"{opts.run_id}-{self.port}.sock"  # the server's socket behind an edge
+        self.upstream_port = free_port()  # the server's, behind an edge
+        self.edge_token = secrets.token_urlsafe(32)
 
     # set-up ---------------------------------------------------------------
 
@@ -399,9 +401,10 @@ class Scenario:
             if not web.exists():
                 raise BenchError(f"--processes {self.opts.processes} needs {web}")
             argv = [PY, str(web)]
-        self.effective_env = env
         if self.edge_kind != "none":
             argv = self.behind_edge(argv)
+            env["SSE_EDGE_TOKEN"] = self.edge_token
+        self.effective_env = env
         self.server = self.spawn(Proc("server", argv, log_path=self.log_path("server"), env=env, cwd=self.opts.app_dir))
         if self.edge_kind != "none":
             self.start_edge()
@@ -417,21 +420,17 @@ class Scenario:
         raise BenchError(f"server not ready within 60s:\n{self.server.tail()}")
 
     def behind_edge(self, argv: list[str]) -> list[str]:
-        """The server's command line, listening on a Unix socket behind the edge and believing its headers."""
-        # Open to any local user: nginx's workers run as another user than its master (and the harness).
-        endpoint = f"unix:{self.upstream}:mode=666:backlog=4096"
+        """The server's command line, on a loopback port of its own behind the edge, believing the edge's headers."""
+        endpoint = f"tcp:port={self.upstream_port}:interface=127.0.0.1:backlog=4096"
         at = argv.index("-e")
         return [*argv[:at], "-e", endpoint, "--proxy-headers", *argv[at + 2 :]]
 
     def start_edge(self) -> None:
-        """The edge on 127.0.0.1:`port`, forwarding to the server's socket, once the server listens on it."""
-        deadline = time.monotonic() + 60
-        while not self.upstream.exists():
-            if time.monotonic() > deadline or (self.server is not None and not self.server.alive()):
-                tail = self.server.tail() if self.server is not None else ""
-                raise BenchError(f"the server never listened on {self.upstream}:\n{tail}")
-            time.sleep(0.1)
-        argv, env = edge_command(self.edge_kind, self.opts, self.port, self.upstream, self.effective_env)
+        """The edge on 127.0.0.1:`port`, forwarding to the server's port."""
+        upstream = f"127.0.0.1:{self.upstream_port}"
+        argv, env = edge_command(
+            self.edge_kind, self.opts, self.port, upstream, token=self.edge_token, server_env=self.effective_env
+        )
         self.edge = self.spawn(Proc(self.edge_kind, argv, log_path=self.log_path(self.edge_kind), env=env))
 
     def edge_pids(self) -> list[int]:
@@ -541,7 +540,6 @@ class Scenario:
             self._guard.join(5)
         for proc in reversed(self.procs):
             proc.stop()
-        self.upstream.unlink(missing_ok=True)
         with contextlib.suppress(Exception):
             delete_route(self.route)
         if self.values == "avro":
@@ -551,14 +549,14 @@ class Scenario:
 
 
 def edge_command(
-    kind: str, opts: Options, port: int, upstream: Path, server_env: dict[str, str]
+    kind: str, opts: Options, port: int, upstream: str, *, token: str, server_env: dict[str, str]
 ) -> tuple[list[str], dict[str, str]]:
     """The edge's command line and environment: HAProxy as platform/web.py runs it (its configuration, its
     variables), or nginx from bench/edge/nginx.conf with the same bounds."""
     sys.path.append(str(ROOT / "platform"))  # no package: its modules import each other by file name
     import edge_process  # noqa: PLC0415
 
-    env = edge_process.environment(host="127.0.0.1", port=port, tls_port=None, pem=None, upstream=upstream)
+    env = edge_process.environment(host="127.0.0.1", port=port, tls_port=None, pem=None, upstream=upstream, token=token)
     # The server's own settings, as the edge would have been given them with it.
     for name in ("HTTP_HEADER_TIMEOUT_S", "HTTP_IDLE_TIMEOUT_S", "HTTP_BODY_TIMEOUT_S", "SSE_CLIENT_IPV6_PREFIX"):
         env[name] = server_env.get(name, env[name])
@@ -581,7 +579,8 @@ def edge_command(
         "body_timeout": env["HTTP_BODY_TIMEOUT_S"],
         "idle_timeout": env["HTTP_IDLE_TIMEOUT_S"],
         "max_body": env["EDGE_MAX_BODY_BYTES"],
-        "upstream": str(upstream),
+        "upstream": upstream,
+        "token": token,
         "port": str(port),
         "limit_zone": "limit_conn_zone $binary_remote_addr zone=per_address:10m;" if limit else "",
         "limit_conn": f"limit_conn per_address {limit};" if limit else "",

@@ -2,7 +2,12 @@
 
 The edge listens on ``WEB_HOST``:``WEB_PORT`` (HTTP/1.1) and, unless ``WEB_TLS_PORT=off``, on ``WEB_TLS_PORT``
 (HTTPS, HTTP/2 and HTTP/1.1 through ALPN); it terminates TLS and HTTP/2, applies the connection-level policy and
-hands each request over HTTP/1.1 to the workers, which accept from one Unix socket. Its configuration reads the
+hands each request over HTTP/1.1 to the workers, which accept on one loopback port. Every request it hands on
+carries its token (`new_token`, made at each start), which the workers check before they believe its forwarded
+headers: another local process can reach their port, not forge the token. A loopback TCP port rather than a Unix
+socket: a Unix socket refuses at once a connection its full queue cannot take, which the edge does not retry, where
+the kernel has a TCP client try again (a reconnect storm of 8 000 lost a quarter of its streams to 503s). Its
+configuration reads the
 variables `environment` gives it, from the platform's own settings (config/settings/streams.py), so the bounds it
 keeps are the ones the README documents. Why HAProxy: docs/decisions/0013-an-edge-in-front-of-daphne.md.
 
@@ -11,10 +16,9 @@ Nothing here starts a process: `Edge` says what to run; the supervisor runs it, 
 
 from __future__ import annotations
 
-import contextlib
 import os
+import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -24,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "platform" / "edge" / "haproxy.cfg"
 # What the edge compares a count against when the setting says 0 (no limit): more than any client holds.
 UNLIMITED = 1_000_000_000
-SOCKET_PATH_MAX = 107  # sun_path, less its terminating NUL
+UPSTREAM_HOST = "127.0.0.1"  # where the workers listen behind the edge
 
 
 class EdgeError(Exception):
@@ -36,8 +40,9 @@ class Edge:
     """HAProxy's command line and environment, and the workers' socket it forwards to."""
 
     binary: str
-    upstream: Path
+    upstream: str  # host:port
     tls_pem: Path | None
+    token: str
     env: dict[str, str]
 
     def argv(self) -> list[str]:
@@ -70,8 +75,13 @@ def find_haproxy() -> str:
     return found
 
 
+def new_token() -> str:
+    """What the edge says to the workers on every request it hands on: 256 random bits."""
+    return secrets.token_urlsafe(32)
+
+
 def private_directory(parent: Path) -> Path:
-    """A directory only this user may enter, for this supervisor's socket and key: ``web-<pid>`` under `parent`.
+    """A directory only this user may enter, for this supervisor's TLS key: ``web-<pid>`` under `parent`.
     Those of supervisors no longer running (killed before they could clean up) are removed first."""
     parent.mkdir(parents=True, exist_ok=True)
     for stale in parent.glob("web-*"):
@@ -79,25 +89,9 @@ def private_directory(parent: Path) -> Path:
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             shutil.rmtree(stale, ignore_errors=True)
     private = parent / f"web-{os.getpid()}"
-    if len(os.fsencode(private / "web.sock")) > SOCKET_PATH_MAX:
-        private = Path(tempfile.mkdtemp(prefix="sse-web-"))
     private.mkdir(mode=0o700, exist_ok=True)
     private.chmod(0o700)
     return private
-
-
-def unix_listener(directory: Path, backlog: int) -> tuple[socket.socket, Path]:
-    """The workers' listening socket in `directory`, inheritable for ``pass_fds``. `directory` is private: a
-    worker's Twisted makes the socket itself world-writable when it adopts it."""
-    path = directory / "web.sock"
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(str(path))
-    sock.listen(backlog)
-    sock.setblocking(False)
-    sock.set_inheritable(True)
-    return sock, path
 
 
 def tls_pem(directory: Path, cert: Path, key: Path) -> Path:
@@ -116,7 +110,8 @@ def environment(
     port: int,
     tls_port: int | None,
     pem: Path | None,
-    upstream: Path,
+    upstream: str,
+    token: str,
 ) -> dict[str, str]:
     """The variables platform/edge/haproxy.cfg reads, from the platform's settings (a bad one stops us here)."""
     from config.settings import streams  # noqa: PLC0415  (reads and checks the environment when imported)
@@ -126,7 +121,8 @@ def environment(
         "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
         "WEB_HOST": host,
         "WEB_PORT": str(port),
-        "EDGE_UPSTREAM": str(upstream),
+        "EDGE_UPSTREAM": upstream,
+        "EDGE_TOKEN": token,
         "EDGE_DIR": str(CONFIG.parent),
         "EDGE_DJANGO_PREFIXES": " ".join(django_prefixes) or "/",
         "EDGE_MAX_BODY_BYTES": str(streams.DATA_UPLOAD_MAX_MEMORY_SIZE),

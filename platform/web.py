@@ -12,7 +12,8 @@ Settings (environment):
 ``WEB_EDGE``
     ``haproxy`` (default): the edge, HAProxy with platform/edge/haproxy.cfg (platform/edge_process.py), listens on
     the ports, terminates TLS and HTTP/2, applies the connection-level policy and hands each request over
-    HTTP/1.1 to the workers, which accept from a Unix socket under ``var/run/`` that only this user may open;
+    HTTP/1.1 to the workers, which accept on a loopback port of their own and believe the forwarded headers of a
+    request that carries the edge's token (made anew at each start, known to the edge and the workers only);
     it is started, restarted and stopped with them. ``off``: the workers listen on ``WEB_PORT`` themselves, plain
     HTTP/1.1 only, for a proxy of the operator's own in front (docs/operations.md, "Behind a proxy").
 ``WEB_TLS_PORT``
@@ -52,10 +53,10 @@ Settings (environment):
     where the workers keep their metrics for ``/metrics`` to merge (default: a new directory under
     ``var/metrics/``, removed at exit). Its files are cleared at start; a dead worker's live gauges are removed.
 
-This process opens ONE socket for the workers (listening, non-blocking: a Unix socket behind the edge, else TCP on
-``WEB_PORT`` with ``SO_REUSEADDR``) and starts them as ``python -m streams.server -e systemd:domain=UNIX:name=web
---proxy-headers config.asgi:application``, the socket handed over as systemd hands one (``--fd <fd>`` without the
-edge): every worker accepts from the same kernel queue, so a connection goes to whichever worker is free
+This process opens ONE socket for the workers (``SO_REUSEADDR``, listening, non-blocking: on ``WEB_PORT``, or behind
+the edge on a free port of 127.0.0.1) and starts them as ``python -m streams.server --fd <fd>
+config.asgi:application`` (with ``--proxy-headers`` behind the edge), handing the descriptor over with
+``pass_fds``: every worker accepts from the same kernel queue, so a connection goes to whichever worker is free
 first. Each worker is a separate process with its own event loop and its own in-memory cache; none shares state
 with another. The edge, when there is one, is supervised as one more slot.
 
@@ -111,7 +112,6 @@ PR_SET_PDEATHSIG = 1
 DESCRIPTOR_HEADROOM = 1024
 UNLIMITED_DESCRIPTORS = 1 << 20  # the kernel's usual ceiling (fs.nr_open)
 MALLOC_ARENA_MAX = "2"
-SYSTEMD_ENDPOINT = "systemd:domain=UNIX:name=web"  # the socket handed over as systemd hands one
 PYTHONMALLOC = "malloc"
 
 
@@ -274,18 +274,14 @@ class Supervisor:
         else:
             fds = [self.sock.fileno()]
             module = envstr("WEB_SERVER_MODULE", DEFAULT_SERVER_MODULE).strip() or DEFAULT_SERVER_MODULE
-            argv = [sys.executable, "-m", module]
+            argv = [sys.executable, "-m", module, "--fd", str(fds[0])]
             if self.edge is not None:
-                # The Unix socket only the edge reaches (so its forwarded headers are believed), handed over as
-                # systemd hands a socket (descriptor 3, LISTEN_FDS, LISTEN_PID), which Twisted's `systemd:`
-                # endpoint adopts: its `fd:` endpoint adopts TCP sockets only.
-                handover = f'LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=web exec "$@" 3<&{fds[0]}'
-                argv = ["/bin/sh", "-c", handover, "worker", *argv, "-e", SYSTEMD_ENDPOINT, "--proxy-headers"]
-            else:
-                argv += ["--fd", str(fds[0])]
+                argv.append("--proxy-headers")  # believed from the edge alone (its token, streams/server/forwarded.py)
             argv += [*self.argv_tail, APPLICATION]
             # Read by glibc and Python at start: set here, never changed later. An operator's own values win.
             env = {"MALLOC_ARENA_MAX": MALLOC_ARENA_MAX, "PYTHONMALLOC": PYTHONMALLOC, **os.environ}
+            if self.edge is not None:
+                env["SSE_EDGE_TOKEN"] = self.edge.token
         # preexec_fn is safe here: this process has a single thread.
         child = subprocess.Popen(
             argv,
@@ -418,18 +414,22 @@ def main() -> int:
 
 
 def start_edge(host: str, port: int, https_port: int | None, backlog: int) -> tuple[socket.socket, edge_process.Edge]:
-    """The workers' Unix socket, and the edge that forwards to it, its configuration checked."""
+    """The workers' socket on a free loopback port, and the edge that forwards to it, its configuration checked."""
     try:
         binary = edge_process.find_haproxy()
-        private = edge_process.private_directory(ROOT / "var" / "run")
-        atexit.register(shutil.rmtree, private, ignore_errors=True)
         pem = None
         if https_port is not None:
+            private = edge_process.private_directory(ROOT / "var" / "run")
+            atexit.register(shutil.rmtree, private, ignore_errors=True)
             cert, key = certificate(host)
             pem = edge_process.tls_pem(private, cert, key)
-        sock, upstream = edge_process.unix_listener(private, backlog)
-        env = edge_process.environment(host=host, port=port, tls_port=https_port, pem=pem, upstream=upstream)
-        edge = edge_process.Edge(binary, upstream, pem, env)
+        sock = listen(edge_process.UPSTREAM_HOST, 0, backlog)
+        upstream = f"{edge_process.UPSTREAM_HOST}:{sock.getsockname()[1]}"
+        token = edge_process.new_token()
+        env = edge_process.environment(
+            host=host, port=port, tls_port=https_port, pem=pem, upstream=upstream, token=token
+        )
+        edge = edge_process.Edge(binary, upstream, pem, token, env)
         edge.check()
     except ImproperlyConfigured as exc:
         sys.exit(f"web: {exc}")

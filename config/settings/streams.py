@@ -109,6 +109,9 @@ SSE_MAX_CONNECTIONS_PER_CLIENT = envint("SSE_MAX_CONNECTIONS_PER_CLIENT", defaul
 # Every per-address limit (the three above and below, and the admin's sign-in lockout) counts an IPv6 client by its
 # prefix of this many bits, as one client holds a /64 at least and may use a new address for every connection
 # (streams/server/addresses.py). 128: each address on its own.
+# Set by platform/web.py for its workers, never by hand: the token its edge puts on every request it hands on, so
+# that the workers believe that request's forwarded headers (streams/server/forwarded.py). Empty: no edge.
+SSE_EDGE_TOKEN = envstr("SSE_EDGE_TOKEN", "")
 SSE_CLIENT_IPV6_PREFIX = envint("SSE_CLIENT_IPV6_PREFIX", default=64, minimum=32, maximum=128)
 SSE_LIMIT_RETRY_AFTER_S = envint("SSE_LIMIT_RETRY_AFTER_S", default=5, minimum=1, maximum=3600)
 # Challenge responses one identity (or, without a valid token, one address) may send per minute (0: no limit).

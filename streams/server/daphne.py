@@ -20,8 +20,6 @@ Run with `python -m streams.server` and daphne's usual arguments, as platform/we
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -30,11 +28,9 @@ from daphne.cli import CommandLineInterface
 from daphne.server import Server
 from django.conf import settings
 from twisted.internet import reactor
-from twisted.internet.address import UNIXAddress
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
-from config.env import envint
 from config.logs import log_access
 from streams.server import collector
 from streams.server.bodies import BoundedHTTPFactory
@@ -114,6 +110,7 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
             address_header=self.proxy_forwarded_address_header,
             port_header=self.proxy_forwarded_port_header,
             proto_header=self.proxy_forwarded_proto_header,
+            edge_token=settings.SSE_EDGE_TOKEN,
         )
         self._http_factory: BoundedHTTPFactory | None = None
 
@@ -137,15 +134,6 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
     def review_garbage(self) -> None:
         collector.review()
         cast(Any, reactor).callLater(collector.REVIEW_EVERY_S, self.review_garbage)
-
-    def listen_success(self, port: Any) -> None:
-        super().listen_success(port)
-        if isinstance(port.getHost(), UNIXAddress):
-            # Twisted listens again on a Unix socket it adopts, with a backlog of 50, and a Unix socket queues no
-            # connection past its backlog: a burst of streams through the edge would have its connections refused
-            # at once (503). The supervisor's backlog is given back.
-            with socket.socket(fileno=os.dup(port.fileno())) as sock:
-                sock.listen(envint("WEB_BACKLOG", 4096, minimum=1))
 
     def protocol_connected(self, protocol: Any) -> None:
         collector.request_started()  # a burst of them makes the collector freeze sooner
@@ -171,10 +159,9 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
     def create_application(self, protocol: Any, scope: dict[str, Any]) -> Any:
         if scope.get("type") != "http":
             return super().create_application(protocol, scope)
-        peer: Any = getattr(protocol, "client", None)  # an IPv4Address; a UNIXAddress from the edge
+        peer: Any = getattr(protocol, "client", None)  # an IPv4Address, or None when Twisted knows no peer
         address = (str(peer.host), int(peer.port)) if hasattr(peer, "host") and hasattr(peer, "port") else None
-        from_edge = isinstance(peer, UNIXAddress)  # only the edge reaches the workers' Unix socket
-        self.client_origin.rewrite(scope, address, secure=bool(protocol.isSecure()), from_edge=from_edge)
+        self.client_origin.rewrite(scope, address, secure=bool(protocol.isSecure()))
         protocol.client_addr = scope["client"]  # what daphne's access line names
         flow = Flow(protocol)
         protocol.registerProducer(flow, True)
