@@ -27,7 +27,7 @@ import daphne.server  # noqa: F401  (installs the asyncio reactor before anythin
 from daphne.cli import CommandLineInterface
 from daphne.server import Server
 from django.conf import settings
-from twisted.internet import reactor
+from twisted.internet import reactor, tcp
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
@@ -46,7 +46,7 @@ class Flow:
     client is gone (`lost`), with `on_lost`, set by the response's reader, called once when it goes."""
 
     # No dict of its own: a fan-out reads every client's flow at every batch, one memory load less each.
-    __slots__ = ("_writable", "closed", "lost", "on_lost", "paused", "request")
+    __slots__ = ("_sock", "_transport", "_uncounted", "_writable", "closed", "lost", "on_lost", "paused", "request")
 
     def __init__(self, request: Any) -> None:
         self.request = request
@@ -56,11 +56,17 @@ class Flow:
         self.on_lost: Callable[[], None] | None = None
         self._writable = asyncio.Event()
         self._writable.set()
+        self._transport: Any = None  # the connection's, once a write could go straight to its socket
+        # Its socket, while nothing but this flow's whole writes has touched the transport since the last look at
+        # Twisted's buffer (`_may_send`); dropped by anything that may change it (`settle`).
+        self._sock: Any = None
+        self._uncounted = 0  # bytes written straight to the socket, not yet in the request's `sentLength`
 
     # IPushProducer: Twisted calls these on the loop thread (daphne runs the asyncio reactor).
     def pauseProducing(self) -> None:
         self.paused = True
         self._writable.clear()
+        self.settle()
 
     def resumeProducing(self) -> None:
         self.paused = False
@@ -69,6 +75,15 @@ class Flow:
     def stopProducing(self) -> None:
         self.closed = True
         self._writable.set()
+        self.settle()
+
+    def settle(self) -> None:
+        """Look at Twisted's buffer again before the next direct write, and count what went out directly in the
+        request's `sentLength` (daphne's access line reads it when the response ends)."""
+        self._sock = None
+        if self._uncounted:
+            self.request.sentLength += self._uncounted
+            self._uncounted = 0
 
     def client_lost(self) -> None:
         """The client is gone (its connection dropped) or the response has ended: daphne has just put
@@ -76,6 +91,7 @@ class Flow:
         if self.lost:
             return
         self.lost = True
+        self.settle()
         if self.on_lost is not None:
             self.on_lost()
 
@@ -83,19 +99,81 @@ class Flow:
         await self._writable.wait()
 
     def write(self, data: bytes) -> None:
-        """Write body bytes through Twisted's request, skipping daphne's ASGI send path (the headers went out
-        through it already): the chunk is framed and buffered by Twisted, whose buffer drives pause and resume."""
-        if self.closed or self.lost or not data or self.request.finished:
+        """Write body bytes, skipping daphne's ASGI send path (the headers went out through it already).
+
+        When Twisted holds nothing for the connection, the chunk goes to its socket at once: Twisted's own path
+        registers the socket for writability, sends on the next turn of the loop and unregisters it, two
+        `epoll_ctl` calls per write, which made a fan-out to 1 000 clients cost 2.5 times the CPU
+        (docs/benchmarks.md, "The edge"). Whatever the kernel does not take is left to Twisted, whose buffer then
+        drives pause and resume. This reads Twisted's write buffer (docs/decisions/0013, item 3).
+        """
+        sock = self._sock
+        if sock is None:
+            if self.closed or self.lost or not data or self.request.finished or not self._may_send(data):
+                return
+            sock = self._sock = self._transport.getHandle()
+        elif not data:
             return
-        self.request.write(data)
+        framed = _framed(data)
+        self._uncounted += len(data)
+        try:
+            sent = sock.send(framed)
+        except OSError:  # full (BlockingIOError), or broken: Twisted notices on its next write and cleans up
+            sent = 0
+        if sent < len(framed):
+            self.settle()  # Twisted holds the rest now: its buffer decides the next write
+            self._transport.write(framed[sent:])
+
+    def _may_send(self, data: bytes) -> bool:
+        """Whether the socket may be written to now; if not, `data` went through Twisted's request."""
+        request, transport = self.request, self._transport
+        if transport is None:
+            transport = getattr(getattr(request, "channel", None), "transport", None)
+            if not (isinstance(transport, tcp.Connection) and request.startedWriting and request.chunked):
+                request.write(data)
+                return False
+            self._transport = transport
+        if not buffers_nothing(transport):
+            request.write(data)
+            return False
+        return True
 
     def abort(self) -> None:
         """Drop the connection at once, buffered bytes and all."""
         self.closed = True
+        self.settle()
         channel = getattr(self.request, "channel", None)
         transport = getattr(channel, "transport", None)
         if transport is not None:
             transport.abortConnection()
+
+
+# Twisted's write buffer, not public API: what `buffers_nothing` reads (docs/decisions/0013, item 3).
+TRANSPORT_BUFFER = ("dataBuffer", "offset", "_tempDataLen")
+
+
+def buffers_nothing(transport: tcp.Connection) -> bool:
+    """Whether Twisted holds no byte for `transport` and it is open for writing."""
+    state: Any = transport  # typed loosely: Twisted's stubs do not declare its buffer
+    return bool(
+        state.connected
+        and not state.disconnecting
+        and not state._tempDataLen
+        and len(state.dataBuffer) == state.offset
+    )
+
+
+_last_chunk: tuple[bytes, bytes] = (b"", b"")
+
+
+def _framed(data: bytes) -> bytes:
+    """`data` as one chunk of a chunked body; the last one framed is kept, as a fan-out writes it to many."""
+    global _last_chunk  # noqa: PLW0603  (one entry, replaced by the next chunk)
+    if _last_chunk[0] is data:
+        return _last_chunk[1]
+    framed = b"%x\r\n%s\r\n" % (len(data), data)
+    _last_chunk = (data, framed)
+    return framed
 
 
 class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
@@ -184,8 +262,11 @@ class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
             flow.client_lost()
 
     async def handle_reply(self, protocol: Any, message: dict[str, Any]) -> None:
+        producer = getattr(protocol, "producer", None)
+        if isinstance(producer, Flow):
+            producer.settle()  # the request writes to the transport now: the next direct write looks first
         ending = message.get("type") == "http.response.body" and not message.get("more_body", False)
-        if ending and getattr(protocol, "producer", None) is not None and protocol.channel is not None:
+        if ending and producer is not None and protocol.channel is not None:
             # Unregister before the response ends, or Twisted logs "Producer was not unregistered".
             protocol.unregisterProducer()
         await super().handle_reply(protocol, message)

@@ -100,3 +100,53 @@ def test_a_flow_writes_nothing_once_its_client_is_gone_or_its_response_ended(
     request.finish()  # type: ignore[no-untyped-call]
     Flow(request).write(b"after the end")  # Twisted would raise for a write after `finish`
     assert request.sentLength == 5
+
+
+def flush_head(transport: tcp.Connection, client: socket.socket) -> bytes:
+    """Twisted sends the status line and headers it buffered, as the reactor would; the client reads them."""
+    transport.doWrite()  # type: ignore[no-untyped-call]
+    client.settimeout(2)
+    return client.recv(65536)
+
+
+def test_a_write_goes_straight_to_the_socket_while_twisted_holds_nothing(
+    pair: tuple[tcp.Connection, http.Request, socket.socket],
+) -> None:
+    """Twisted's own path registers the socket for writing and sends on the next turn of the loop: two
+    `epoll_ctl` calls per write, 2.5 times a fan-out's CPU. A Twisted release that changed its write buffer would
+    fail this (docs/decisions/0013, item 3)."""
+    transport, request, client = pair
+    reactor: Any = transport.reactor
+    assert flush_head(transport, client).startswith(b"HTTP/1.1 200 OK")
+    assert reactor.writers == []  # nothing buffered: Twisted unregistered the socket
+    flow = Flow(request)
+    flow.write(b"hello")
+    flow.write(b"again")
+    assert client.recv(100) == b"5\r\nhello\r\n5\r\nagain\r\n"  # sent at once, no turn of the loop
+    assert reactor.writers == []
+    flow.client_lost()
+    assert request.sentLength == len("hello") + len("again")  # counted for daphne's access line
+
+
+def test_after_a_write_the_socket_took_in_part_the_next_waits_behind_twisteds_buffer(
+    pair: tuple[tcp.Connection, http.Request, socket.socket],
+) -> None:
+    transport, request, client = pair
+    head = flush_head(transport, client)
+    flow = Flow(request)
+    big = b"x" * 1_000_000  # more than the kernel takes: the rest is Twisted's
+    flow.write(big)
+    flow.write(b"last")  # the socket may have room by now, but the rest of `big` goes first
+    received = b""
+    client.setblocking(False)
+    for _ in range(100_000):
+        try:
+            while chunk := client.recv(1 << 20):
+                received += chunk
+        except BlockingIOError:
+            pass
+        transport.doWrite()  # type: ignore[no-untyped-call]
+        if received.endswith(b"4\r\nlast\r\n"):
+            break
+    assert head
+    assert received == b"%x\r\n%s\r\n4\r\nlast\r\n" % (len(big), big)
