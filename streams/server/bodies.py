@@ -34,6 +34,8 @@ from twisted.python.failure import Failure
 log = logging.getLogger(__name__)
 reactor: Any = twisted_reactor  # typed loosely: its interface types `callLater` poorly
 
+# How long a refused connection, closed for writing, still reads and drops what its peer sends before it is dropped.
+LINGER_S = 2.0
 # A challenge response's body is empty by contract: the edge refuses one that declares more than this, and
 # streams/edge/side_requests.py reads no more of one.
 CHALLENGE_BODY_BYTES = 4096
@@ -153,16 +155,24 @@ class BoundedRequest(WebRequest):  # type: ignore[misc]
 
 
 def refuse_connection(channel: Any, status: int, body: bytes, headers: Headers = ()) -> None:
-    """Answer on a connection whose request never reached the app, and close it."""
-    if channel is None or channel.transport is None:
+    """Answer on a connection whose request never reached the app, and close it.
+
+    Closed for writing first, then dropped `LINGER_S` later: a connection closed outright while the peer still
+    sends its body is reset, and a reset throws away the answer the peer had not read yet (the edge, which relays
+    it, then has nothing to tell the client). Meanwhile nothing more is read: what the peer still sends waits in
+    the kernel's buffers, and goes with the connection."""
+    transport = None if channel is None else channel.transport
+    if transport is None:
         return
     head = b"HTTP/1.1 %d %s\r\n" % (status, REASONS[status])
     head += b"".join(b"%s: %s\r\n" % (name, value) for name, value in headers)
     head += b"Content-Type: application/problem+json\r\nContent-Length: %d\r\n" % len(body)
     head += b"Cache-Control: no-store\r\nConnection: close\r\n\r\n"
-    channel.transport.write(head + body)
+    transport.write(head + body)
     channel.persistent = False
-    channel.loseConnection()
+    transport.pauseProducing()  # read no more of it
+    transport.loseWriteConnection()
+    reactor.callLater(LINGER_S, transport.abortConnection)
 
 
 class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]

@@ -175,6 +175,16 @@ def test_a_declared_body_over_its_paths_bound_is_refused_before_any_of_it_is_sen
     assert sent.problem()["detail"] == detail
 
 
+def test_a_chunked_api_body_past_the_bound_gets_its_413_through_the_edge(web: Web) -> None:
+    """The edge cannot count a body of no declared length: the worker refuses it at its first byte past the bound,
+    and its answer must reach the client, not be lost to a reset while the body still comes."""
+    head = request_head("POST", "/api/v1/routes/", "Transfer-Encoding: chunked")
+    over = send_body(web.port, head, 16 * MiB, chunked=True)
+    assert over.status == 413, over.answer[:300]
+    assert over.problem()["title"] == "Content too large"
+    assert over.closed
+
+
 def test_an_api_body_within_the_bound_reaches_the_api(web: Web) -> None:
     body = json.dumps({"name": "x", "path": "/x", "topic": "x"}).encode()
     sock = connect(web.port)
