@@ -42,11 +42,11 @@ def read_until(stream: RawStream, count: int) -> None:
 
 
 def test_clients_of_a_killed_worker_resume_elsewhere_with_nothing_lost(
-    web: tuple[subprocess.Popen[bytes], int],
+    web_without_edge: tuple[subprocess.Popen[bytes], int],
     new_topic: Callable[..., str],
     produce: Callable[..., tuple[int, int]],
 ) -> None:
-    supervisor, port = web
+    supervisor, port = web_without_edge
     topic = new_topic(partitions=2)
     name = unique("kill")
     do_put_route(name=name, path=f"/{name}", topic=topic)
