@@ -29,6 +29,7 @@ CONFIG = ROOT / "platform" / "edge" / "haproxy.cfg"
 # What the edge compares a count against when the setting says 0 (no limit): more than any client holds.
 UNLIMITED = 1_000_000_000
 UPSTREAM_HOST = "127.0.0.1"  # where the workers listen behind the edge
+UPSTREAM_BUFFER = 65536  # the socket buffers between a worker and the edge, each side (haproxy.cfg: tune.rcvbuf)
 
 
 class EdgeError(Exception):

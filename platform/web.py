@@ -122,14 +122,17 @@ def log(message: str) -> None:
         print(f"web: {message}", file=sys.stderr, flush=True)
 
 
-def listen(host: str, port: int, backlog: int) -> socket.socket:
-    """The shared listening socket, inheritable so the workers get it through ``pass_fds``."""
+def listen(host: str, port: int, backlog: int, *, send_buffer: int = 0) -> socket.socket:
+    """The shared listening socket, inheritable so the workers get it through ``pass_fds``; `send_buffer`, if given,
+    is the send buffer of every connection it accepts."""
     try:
         infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
     except socket.gaierror as exc:
         sys.exit(f"web: WEB_HOST {host!r} has no IPv4 address ({exc}); daphne adopts the socket as IPv4")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if send_buffer:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     try:
         sock.bind(infos[0][4])
     except OSError as exc:
@@ -423,7 +426,10 @@ def start_edge(host: str, port: int, https_port: int | None, backlog: int) -> tu
             atexit.register(shutil.rmtree, private, ignore_errors=True)
             cert, key = certificate(host)
             pem = edge_process.tls_pem(private, cert, key)
-        sock = listen(edge_process.UPSTREAM_HOST, 0, backlog)
+        # Small buffers between the workers and the edge (its own side is set in its configuration): a stream whose
+        # client stops reading fills them soon, and the worker's flow control hears it, where the kernel would
+        # otherwise grow them to megabytes per connection on loopback.
+        sock = listen(edge_process.UPSTREAM_HOST, 0, backlog, send_buffer=edge_process.UPSTREAM_BUFFER)
         upstream = f"{edge_process.UPSTREAM_HOST}:{sock.getsockname()[1]}"
         token = edge_process.new_token()
         env = edge_process.environment(

@@ -41,11 +41,11 @@ def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: s
 
 
 def test_metrics_count_what_clients_received_across_workers_and_a_worker_death(
-    web_without_edge: tuple[subprocess.Popen[bytes], int],
+    web: tuple[subprocess.Popen[bytes], int],
     new_topic: Callable[..., str],
     produce: Callable[..., tuple[int, int]],
 ) -> None:
-    supervisor, port = web_without_edge
+    supervisor, port = web
     url = f"http://{HOST}:{port}"
     topic = new_topic(partitions=1)
     route = unique("metrics")
