@@ -185,6 +185,7 @@ class Proc:
         env: dict[str, str] | None = None,
         cwd: Path = ROOT,
         pipes: bool = False,
+        pass_fds: tuple[int, ...] = (),
     ) -> None:
         self.name = name
         self.log_path = log_path
@@ -199,6 +200,7 @@ class Proc:
             stderr=self.log_file,
             start_new_session=True,
             preexec_fn=_die_with_parent,  # noqa: PLW1509
+            pass_fds=pass_fds,
         )
         self.pid = self.popen.pid
         Proc.running.append(self)
@@ -345,7 +347,8 @@ class Scenario:
         self.edge: Proc | None = None
         self.effective_env: dict[str, str] = {}  # what the server was started with
         self.edge_kind = "none" if opts.baseline or opts.processes != 1 else opts.edge
-        self.upstream_port = free_port()  # the server's, behind an edge
+        self.upstream_socket: socket.socket | None = None  # the server's, behind an edge
+        self.upstream_port = 0
         self.edge_token = secrets.token_urlsafe(32)
 
     # set-up ---------------------------------------------------------------
@@ -405,7 +408,9 @@ class Scenario:
             argv = self.behind_edge(argv)
             env["SSE_EDGE_TOKEN"] = self.edge_token
         self.effective_env = env
-        self.server = self.spawn(Proc("server", argv, log_path=self.log_path("server"), env=env, cwd=self.opts.app_dir))
+        fds = (self.upstream_socket.fileno(),) if self.upstream_socket is not None else ()
+        server = Proc("server", argv, log_path=self.log_path("server"), env=env, cwd=self.opts.app_dir, pass_fds=fds)
+        self.server = self.spawn(server)
         if self.edge_kind != "none":
             self.start_edge()
         deadline = time.monotonic() + 60
@@ -420,10 +425,20 @@ class Scenario:
         raise BenchError(f"server not ready within 60s:\n{self.server.tail()}")
 
     def behind_edge(self, argv: list[str]) -> list[str]:
-        """The server's command line, on a loopback port of its own behind the edge, believing the edge's headers."""
-        endpoint = f"tcp:port={self.upstream_port}:interface=127.0.0.1:backlog=4096"
+        """The server's command line behind the edge, believing the edge's headers, on a loopback socket made as
+        platform/web.py makes it (its accepted connections' send buffer held to the edge's size)."""
+        sys.path.append(str(ROOT / "platform"))  # no package: its modules import each other by file name
+        import edge_process  # noqa: PLC0415
+
+        self.upstream_socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.upstream_socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, edge_process.UPSTREAM_BUFFER)
+        self.upstream_socket.bind(("127.0.0.1", 0))
+        self.upstream_socket.listen(4096)
+        self.upstream_socket.setblocking(False)
+        self.upstream_socket.set_inheritable(True)
+        self.upstream_port = self.upstream_socket.getsockname()[1]
         at = argv.index("-e")
-        return [*argv[:at], "-e", endpoint, "--proxy-headers", *argv[at + 2 :]]
+        return [*argv[:at], "--fd", str(self.upstream_socket.fileno()), "--proxy-headers", *argv[at + 2 :]]
 
     def start_edge(self) -> None:
         """The edge on 127.0.0.1:`port`, forwarding to the server's port."""
@@ -540,6 +555,8 @@ class Scenario:
             self._guard.join(5)
         for proc in reversed(self.procs):
             proc.stop()
+        if self.upstream_socket is not None:
+            self.upstream_socket.close()
         with contextlib.suppress(Exception):
             delete_route(self.route)
         if self.values == "avro":

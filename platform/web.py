@@ -15,7 +15,7 @@ Settings (environment):
     HTTP/1.1 to the workers, which accept on a loopback port of their own and believe the forwarded headers of a
     request that carries the edge's token (made anew at each start, known to the edge and the workers only);
     it is started, restarted and stopped with them. ``off``: the workers listen on ``WEB_PORT`` themselves, plain
-    HTTP/1.1 only, for a proxy of the operator's own in front (docs/operations.md, "Behind a proxy").
+    HTTP/1.1 only, for a proxy of the operator's own in front (docs/operations.md, "Behind a proxy of your own").
 ``WEB_TLS_PORT``
     where the edge serves HTTPS too, with HTTP/2 offered through ALPN (default ``8443``; ``off`` for none; always
     off without the edge).
