@@ -156,10 +156,7 @@ def buffers_nothing(transport: tcp.Connection) -> bool:
     """Whether Twisted holds no byte for `transport` and it is open for writing."""
     state: Any = transport  # typed loosely: Twisted's stubs do not declare its buffer
     return bool(
-        state.connected
-        and not state.disconnecting
-        and not state._tempDataLen
-        and len(state.dataBuffer) == state.offset
+        state.connected and not state.disconnecting and not state._tempDataLen and len(state.dataBuffer) == state.offset
     )
 
 
