@@ -68,6 +68,9 @@ class Row:
     all_back_s: float | None = None  # storm: until every client had its first event after resuming
     server_rss_mb: float | None = None
     worker_rss_mb: float | None = None  # the largest server process's
+    edge_cpu: float | None = None  # the edge in front (--configs), counted in the node's CPU too
+    edge_rss_mb: float | None = None
+    kib_per_stream: float | None = None  # idle: what the node (edge and server tree) holds per open stream
     loadgen_cpu: float | None = None
     kafka_cpu: float | None = None  # broker + producer
     machine_cpu: float | None = None
@@ -156,9 +159,12 @@ def render(rows: list[Row]) -> str:
         "p50 ms",
         "p99 ms",
         "server CPU",
+        "edge CPU",
         "CPU with children",
         "µs CPU per event",
         "server RSS MB",
+        "edge RSS MB",
+        "KiB per idle stream",
         "loadgen CPU",
         "broker+producer CPU",
         "machine CPU",
@@ -181,9 +187,12 @@ def render(rows: list[Row]) -> str:
             fmt_num(r.p50_ms, 1),
             fmt_num(r.p99_ms, 1),
             fmt_num(r.server_cpu, 2),
+            fmt_num(r.edge_cpu, 2),
             fmt_num(r.tree_cpu, 2),
             fmt_num(per_event_us(r), 1),
             fmt_num(r.server_rss_mb),
+            fmt_num(r.edge_rss_mb),
+            fmt_num(r.kib_per_stream, 1),
             fmt_num(r.loadgen_cpu, 2),
             fmt_num(r.kafka_cpu, 2),
             fmt_num(r.machine_cpu, 2),
@@ -208,10 +217,13 @@ def render(rows: list[Row]) -> str:
 class Sampler:
     """CPU ticks of the processes of a scenario, and of the machine, at one instant."""
 
-    def __init__(self, server_pids: list[int], tree_pids: list[int], loadgen: int | None, kafka: list[int]) -> None:
+    def __init__(
+        self, server_pids: list[int], tree_pids: list[int], loadgen: int | None, kafka: list[int], edge: list[int]
+    ) -> None:
         self.at = time.monotonic()
         self.server = {pid: cpu_ticks(pid) for pid in server_pids}
-        self.tree = {pid: cpu_ticks(pid) for pid in tree_pids}
+        self.tree = {pid: cpu_ticks(pid) for pid in [*tree_pids, *edge]}  # the node: the server's tree and its edge
+        self.edge = {pid: cpu_ticks(pid) for pid in edge}
         self.consumers = {pid: module for pid in tree_pids if (module := _consumer_module(pid))}
         self.loadgen = cpu_ticks(loadgen)
         self.kafka = [cpu_ticks(pid) for pid in kafka]
@@ -237,6 +249,8 @@ class Sampler:
             if cores is not None and pid in later.consumers:
                 row.consumer_parts[module] = row.consumer_parts.get(module, 0.0) + cores
         row.consumer_cpu = sum(row.consumer_parts.values()) if row.consumer_parts else None
+        edge = [self.cores(self.edge.get(pid), ticks, seconds) for pid, ticks in later.edge.items()]
+        row.edge_cpu = sum(c for c in edge if c is not None) if any(c is not None for c in edge) else None
         row.loadgen_cpu = self.cores(self.loadgen, later.loadgen, seconds)
         kafka = [self.cores(a, b, seconds) for a, b in zip(self.kafka, later.kafka, strict=True)]
         row.kafka_cpu = sum(k for k in kafka if k is not None) if any(k is not None for k in kafka) else None
@@ -262,13 +276,19 @@ class Scenario(harness.Scenario):
 
     def sample(self) -> Sampler:
         loadgen = self.loadgen.pid if self.loadgen else None
-        return Sampler(self.server_pids(), self.tree_pids(), loadgen, self.kafka_pids())
+        return Sampler(self.server_pids(), self.tree_pids(), loadgen, self.kafka_pids(), self.edge_pids())
+
+    def node_rss_mb(self) -> float:
+        """What the node holds: the server, its children (fetch and host processes) and the edge."""
+        return sum(rss_mb(pid) or 0.0 for pid in [*self.tree_pids(), *self.edge_pids()])
 
     def fill_server_state(self, row: Row) -> None:
         pids = self.server_pids()
         rss = [rss_mb(pid) for pid in pids]
         row.server_rss_mb = sum(r for r in rss if r is not None) if any(r is not None for r in rss) else None
         row.worker_rss_mb = max((r for r in rss if r is not None), default=None)
+        edge = [rss_mb(pid) for pid in self.edge_pids()]
+        row.edge_rss_mb = sum(r for r in edge if r is not None) if any(r is not None for r in edge) else None
         row.broker_conns = self.broker_conns()
         health = self.health()
         if health is None:
@@ -278,13 +298,23 @@ class Scenario(harness.Scenario):
         row.consumers = health.get("kafka_consumers", health.get("kafka_readers"))
 
 
+class OpenFailed(Exception):
+    """A scenario's set-up failed: its row says why, and it has nothing else to measure."""
+
+    def __init__(self, row: Row) -> None:
+        super().__init__(row.scenario)
+        self.row = row
+
+
 @contextlib.contextmanager
 def scenario(opts: Options, name: str, row: Row, **kwargs: Any) -> Iterator[Scenario]:
     sc = Scenario(opts, name, **kwargs)
     log(f"scenario {name}: topic {sc.topic}, server port {sc.port}")
+    opened = False
     try:
         sc.open()
         sc.guard()
+        opened = True
         yield sc
     except BenchError as exc:
         reason = sc.guard_tripped or str(exc)
@@ -300,6 +330,8 @@ def scenario(opts: Options, name: str, row: Row, **kwargs: Any) -> Iterator[Scen
         if sc.max_broker_conns and (row.broker_conns or 0) < sc.max_broker_conns:
             row.notes.append(f"up to {sc.max_broker_conns} server connections to the broker during the scenario")
         sc.close()
+    if not opened:
+        raise OpenFailed(row)  # the `with` body never ran: nothing of it may run now
 
 
 def targets_for(clients: int, rate: int, coalescing_off: bool) -> list[tuple[str, str]]:
@@ -382,6 +414,42 @@ def run_cell(opts: Options, clients: int, rate: int, *, coalescing_off: bool = F
                 f"{per_record:.0f} µs CPU per record fetched"
             )
     apply_targets(row, targets_for(clients, rate, coalescing_off))
+    return row
+
+
+IDLE_WARM = 100  # streams opened first, so that what a process loads once is in the baseline reading
+IDLE_SETTLE_S = 5.0
+
+
+def run_idle(opts: Options, n: int) -> Row:
+    """Memory per open idle stream on the node: `n` streams open on a quiet live route, the node's RSS (server, its
+    children and the edge) against its RSS with `IDLE_WARM` streams open."""
+    row = Row(f"idle {n}", clients=str(n), rate="0")
+    with scenario(opts, row.scenario, row, start="live") as sc:
+        sc.start_loadgen()
+        warm = sc.ask({"cmd": "connect", "path": sc.path, "n": IDLE_WARM, "batch": opts.batch, "timeout": 30}, 60)
+        if warm["ok"] < IDLE_WARM:
+            raise BenchError(f"only {warm['ok']}/{IDLE_WARM} warm-up streams opened: {fmt_errors(warm['errors'])}")
+        time.sleep(IDLE_SETTLE_S)
+        before = sc.node_rss_mb()
+        reply = sc.ask(
+            {"cmd": "connect", "path": sc.path, "n": n, "batch": opts.batch, "timeout": 30}, connect_budget(n)
+        )
+        row.clients = f"{reply['ok']}/{n}"
+        log(f"  {reply['ok']}/{n} streams open in {reply['seconds']:.1f}s")
+        if reply["ok"] == 0:
+            raise BenchError(f"no stream opened: {fmt_errors(reply['errors'])}")
+        time.sleep(IDLE_SETTLE_S)
+        after = sc.node_rss_mb()
+        row.kib_per_stream = (after - before) * 1024 / reply["ok"]
+        row.notes.append(
+            f"node RSS {before:.0f} MB with {IDLE_WARM} streams, {after:.0f} MB with {reply['ok']} more "
+            f"({row.kib_per_stream:.1f} KiB each); streams opened in {reply['seconds']:.1f} s"
+        )
+        row.errors = fmt_errors(reply["errors"])
+        sc.fill_server_state(row)
+    row.target = "-"
+    row.met = row.met or "-"
     return row
 
 
@@ -533,6 +601,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Any]]:
             steps.append(("ttfe", args.ttfe_clients))
         elif item == "storm":
             steps.append(("storm", args.storm_clients))
+        elif item == "idle":
+            steps.append(("idle", args.idle_clients))
         elif "x" in item:
             clients, _, rate = item.partition("x")
             # With several value formats, each cell runs once per format, one after the other.
@@ -549,8 +619,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small and short: 1 and 100 clients, 3 s windows")
     parser.add_argument(
         "--scenarios",
-        help="comma-separated: matrix, nocoalesce, ttfe, storm, or CLIENTSxRATE cells such as 1000x100\n"
-        "(default: matrix,nocoalesce,ttfe,storm)",
+        help="comma-separated: matrix, nocoalesce, ttfe, storm, idle (memory per open idle stream), or\n"
+        "CLIENTSxRATE cells such as 1000x100 (default: matrix,nocoalesce,ttfe,storm)",
     )
     parser.add_argument("--clients", type=parse_ints, help="matrix clients (default 1,100,1000,10000; quick 1,100)")
     parser.add_argument("--rates", type=parse_ints, default=[10, 100, 1000], help="matrix topic rates, msg/s")
@@ -559,6 +629,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ttfe-clients", type=int, help="sequential new clients (default 200; quick 50)")
     parser.add_argument("--storm-clients", type=int, help="reconnect storm size (default 10000; quick 100)")
     parser.add_argument("--storm-rate", type=int, default=10, help="topic rate during the storm, msg/s")
+    parser.add_argument("--idle-clients", type=int, default=8000, help="open idle streams for `idle` (default 8000)")
     parser.add_argument(
         "--skip-demand",
         type=int,
@@ -605,16 +676,24 @@ def skipped_row(clients: int, rate: int) -> Row:
 
 
 def servers_for(opts: Options, args: argparse.Namespace, index: int, kind: str, what: Any) -> list[Options]:
-    """The platform, and with --baseline the hand-written baseline too (for live JSON cells and the storm),
-    alternating which goes first from one scenario to the next."""
+    """The platform (each of `--configs`), and with --baseline the hand-written baseline too (for live JSON cells
+    and the storm), alternating which goes first from one scenario to the next."""
+    platforms = harness.configurations(opts, args.configs, index)
     json_cell = kind == "cell" and (what[2] if len(what) > 2 else "json") == "json"
     if not args.baseline or not (json_cell or kind == "storm"):
-        return [opts]
+        return platforms
     baseline = dataclasses.replace(opts, baseline=True, processes=1)
-    return [baseline, opts] if index % 2 == 0 else [opts, baseline]
+    return [baseline, *platforms] if index % 2 == 0 else [*platforms, baseline]
 
 
 def run_step(opts: Options, args: argparse.Namespace, kind: str, what: Any) -> Row:
+    try:
+        return run_kind(opts, args, kind, what)
+    except OpenFailed as failed:
+        return failed.row
+
+
+def run_kind(opts: Options, args: argparse.Namespace, kind: str, what: Any) -> Row:
     if kind == "cell":
         clients, rate, *values = what
         return run_cell(opts, clients, rate, values=values[0] if values else "json")
@@ -626,6 +705,8 @@ def run_step(opts: Options, args: argparse.Namespace, kind: str, what: Any) -> R
         return run_ttfe(opts, what)
     if kind == "storm":
         return run_storm(opts, what, args.storm_rate)
+    if kind == "idle":
+        return run_idle(opts, what)
     raise ValueError(kind)
 
 
@@ -660,6 +741,8 @@ def main(argv: list[str] | None = None) -> int:
                 last = run_step(step_opts, args, kind, what)
                 if step_opts.baseline:
                     last.scenario = BASELINE + last.scenario
+                elif step_opts.label:
+                    last.scenario = f"{step_opts.label}: {last.scenario}"
                 rows.append(last)
                 log(
                     f"  -> {last.scenario}: delivered {fmt_num(last.delivered)} ev/s, p50 {fmt_num(last.p50_ms, 1)} "

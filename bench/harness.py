@@ -1,7 +1,9 @@
 """What the benchmarks share: /proc readings, the processes they start, and one scenario's set-up and tear-down.
 
 A scenario (`Scenario`) is one fresh topic (4 partitions) with a route to it, one fresh server under test (one
-`python -m streams.server` process, or platform/web.py with several workers), a producer (bench/producer.py) and
+`python -m streams.server` process, or platform/web.py with several workers; with `--edges`, one process behind
+an edge the harness starts: HAProxy with platform/edge/haproxy.cfg, or nginx with bench/edge/nginx.conf), a
+producer (bench/producer.py) and
 the load generator (bench/loadgen.py), plus a guard that kills the server if it opens too many connections to the
 shared broker. Every process runs in its own session with `PR_SET_PDEATHSIG`, and `close()` (or
 `Proc.stop_all()` on Ctrl-C) stops it; traffic stays on 127.0.0.1. Used by bench/fanout.py and bench/soak.py.
@@ -12,13 +14,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import dataclasses
 import datetime as dt
 import json
 import os
 import queue
 import resource
+import secrets
+import shutil
 import signal
 import socket
+import string
 import subprocess
 import sys
 import threading
@@ -179,6 +185,7 @@ class Proc:
         env: dict[str, str] | None = None,
         cwd: Path = ROOT,
         pipes: bool = False,
+        pass_fds: tuple[int, ...] = (),
     ) -> None:
         self.name = name
         self.log_path = log_path
@@ -193,6 +200,7 @@ class Proc:
             stderr=self.log_file,
             start_new_session=True,
             preexec_fn=_die_with_parent,  # noqa: PLW1509
+            pass_fds=pass_fds,
         )
         self.pid = self.popen.pid
         Proc.running.append(self)
@@ -304,6 +312,12 @@ class Options:
     broker_pid: int | None
     registry: str | None = None  # a schema registry's Confluent API, for scenarios with Avro values
     baseline: bool = False  # the server is bench/baseline_server.py's live mode, not the platform
+    edge: str = "none"  # "haproxy" or "nginx": one server process behind that edge, on a loopback port
+    label: str = ""  # how the table names this configuration (`--configs`)
+
+
+EDGES = ("none", "haproxy", "nginx")
+EDGE_NOFILE = 20_000  # what an edge process may open: two descriptors per stream it carries
 
 
 class Scenario:
@@ -330,6 +344,12 @@ class Scenario:
         self._guard: threading.Thread | None = None
         self.server_env = {**opts.server_env, **(server_env or {})}
         self.start = start
+        self.edge: Proc | None = None
+        self.effective_env: dict[str, str] = {}  # what the server was started with
+        self.edge_kind = "none" if opts.baseline or opts.processes != 1 else opts.edge
+        self.upstream_socket: socket.socket | None = None  # the server's, behind an edge
+        self.upstream_port = 0
+        self.edge_token = secrets.token_urlsafe(32)
 
     # set-up ---------------------------------------------------------------
 
@@ -376,7 +396,7 @@ class Scenario:
                 "WEB_PORT": str(self.port),
                 "WEB_PROCESSES": str(self.opts.processes),
                 "WEB_BACKLOG": "4096",
-                "WEB_TLS_PORT": "off",  # plain HTTP only; stock daphne (a --server-module) has no --tls-fd
+                "WEB_TLS_PORT": "off",  # plain HTTP only: the load generator speaks nothing else
                 "WEB_SERVER_MODULE": self.opts.server_module,
                 "WEB_DAPHNE_ARGS": "-v 0",
             }
@@ -384,7 +404,15 @@ class Scenario:
             if not web.exists():
                 raise BenchError(f"--processes {self.opts.processes} needs {web}")
             argv = [PY, str(web)]
-        self.server = self.spawn(Proc("server", argv, log_path=self.log_path("server"), env=env, cwd=self.opts.app_dir))
+        if self.edge_kind != "none":
+            argv = self.behind_edge(argv)
+            env["SSE_EDGE_TOKEN"] = self.edge_token
+        self.effective_env = env
+        fds = (self.upstream_socket.fileno(),) if self.upstream_socket is not None else ()
+        server = Proc("server", argv, log_path=self.log_path("server"), env=env, cwd=self.opts.app_dir, pass_fds=fds)
+        self.server = self.spawn(server)
+        if self.edge_kind != "none":
+            self.start_edge()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if not self.server.alive():
@@ -395,6 +423,36 @@ class Scenario:
                 return
             time.sleep(0.2)
         raise BenchError(f"server not ready within 60s:\n{self.server.tail()}")
+
+    def behind_edge(self, argv: list[str]) -> list[str]:
+        """The server's command line behind the edge, believing the edge's headers, on a loopback socket made as
+        platform/web.py makes it (its accepted connections' send buffer held to the edge's size)."""
+        sys.path.append(str(ROOT / "platform"))  # no package: its modules import each other by file name
+        import edge_process  # noqa: PLC0415
+
+        self.upstream_socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.upstream_socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, edge_process.UPSTREAM_BUFFER)
+        self.upstream_socket.bind(("127.0.0.1", 0))
+        self.upstream_socket.listen(4096)
+        self.upstream_socket.setblocking(False)
+        self.upstream_socket.set_inheritable(True)
+        self.upstream_port = self.upstream_socket.getsockname()[1]
+        at = argv.index("-e")
+        return [*argv[:at], "--fd", str(self.upstream_socket.fileno()), "--proxy-headers", *argv[at + 2 :]]
+
+    def start_edge(self) -> None:
+        """The edge on 127.0.0.1:`port`, forwarding to the server's port."""
+        upstream = f"127.0.0.1:{self.upstream_port}"
+        argv, env = edge_command(
+            self.edge_kind, self.opts, self.port, upstream, token=self.edge_token, server_env=self.effective_env
+        )
+        self.edge = self.spawn(Proc(self.edge_kind, argv, log_path=self.log_path(self.edge_kind), env=env))
+
+    def edge_pids(self) -> list[int]:
+        """The edge's processes (nginx: its master and workers)."""
+        if self.edge is None or not self.edge.alive():
+            return []
+        return [self.edge.pid, *children(self.edge.pid)]
 
     def spawn(self, proc: Proc) -> Proc:
         self.procs.append(proc)
@@ -497,12 +555,57 @@ class Scenario:
             self._guard.join(5)
         for proc in reversed(self.procs):
             proc.stop()
+        if self.upstream_socket is not None:
+            self.upstream_socket.close()
         with contextlib.suppress(Exception):
             delete_route(self.route)
         if self.values == "avro":
             delete_models(self.topic)
         with contextlib.suppress(Exception):
             delete_topic(self.opts.bootstrap, self.topic)
+
+
+def edge_command(
+    kind: str, opts: Options, port: int, upstream: str, *, token: str, server_env: dict[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """The edge's command line and environment: HAProxy as platform/web.py runs it (its configuration, its
+    variables), or nginx from bench/edge/nginx.conf with the same bounds."""
+    sys.path.append(str(ROOT / "platform"))  # no package: its modules import each other by file name
+    import edge_process  # noqa: PLC0415
+
+    env = edge_process.environment(host="127.0.0.1", port=port, tls_port=None, pem=None, upstream=upstream, token=token)
+    # The server's own settings, as the edge would have been given them with it.
+    for name in ("HTTP_HEADER_TIMEOUT_S", "HTTP_IDLE_TIMEOUT_S", "HTTP_BODY_TIMEOUT_S", "SSE_CLIENT_IPV6_PREFIX"):
+        env[name] = server_env.get(name, env[name])
+    per_address = int(server_env.get("SSE_MAX_CONNECTIONS_PER_CLIENT", env["SSE_MAX_CONNECTIONS_PER_CLIENT"]))
+    env["SSE_MAX_CONNECTIONS_PER_CLIENT"] = str(per_address or edge_process.UNLIMITED)
+    if kind == "haproxy":
+        config = opts.app_dir / "platform" / "edge" / "haproxy.cfg"
+        env["EDGE_DIR"] = str(config.parent)
+        return [edge_process.find_haproxy(), "-db", "-f", str(config)], env
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    prefix = opts.out_dir / f"nginx-{opts.run_id}-{port}"
+    for sub in ("body", "proxy"):
+        (prefix / sub).mkdir(parents=True, exist_ok=True)
+    limit = per_address if per_address else 0
+    fields = {
+        "nofile": str(EDGE_NOFILE),
+        "connections": str(EDGE_NOFILE // 2),
+        "prefix": str(prefix),
+        "header_timeout": env["HTTP_HEADER_TIMEOUT_S"],
+        "body_timeout": env["HTTP_BODY_TIMEOUT_S"],
+        "idle_timeout": env["HTTP_IDLE_TIMEOUT_S"],
+        "max_body": env["EDGE_MAX_BODY_BYTES"],
+        "upstream": upstream,
+        "token": token,
+        "port": str(port),
+        "limit_zone": "limit_conn_zone $binary_remote_addr zone=per_address:10m;" if limit else "",
+        "limit_conn": f"limit_conn per_address {limit};" if limit else "",
+    }
+    template = string.Template((BENCH / "edge" / "nginx.conf").read_text())
+    config_path = prefix / "nginx.conf"
+    config_path.write_text(template.substitute(fields))
+    return [nginx, "-p", str(prefix), "-c", str(config_path)], {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
 
 # --------------------------------------------------------------------------
@@ -625,6 +728,35 @@ def add_server_args(parser: argparse.ArgumentParser, *, processes: int) -> None:
         "(default 3000; protects the shared embedded broker; 0 = no limit)",
     )
     parser.add_argument("--batch", type=int, default=200, help="connections opened at once while connecting")
+    parser.add_argument(
+        "--configs",
+        type=parse_configs,
+        default=[],
+        metavar="LABEL=DIR:EDGE,...",
+        help="servers to run each scenario against, alternating their order from one scenario to the next:\n"
+        "LABEL names the rows, DIR the checkout (as --app-dir), EDGE none, haproxy or nginx (one server process\n"
+        "behind that edge); e.g. before=/tmp/old:none,worker=.:none,haproxy=.:haproxy,nginx=.:nginx",
+    )
+
+
+def parse_configs(text: str) -> list[tuple[str, Path, str]]:
+    configs = []
+    for item in text.split(","):
+        label, _, rest = item.strip().partition("=")
+        directory, _, edge = rest.rpartition(":")
+        if not label or not directory or edge not in EDGES:
+            raise argparse.ArgumentTypeError(f"{item!r}: want LABEL=DIR:EDGE with EDGE one of {', '.join(EDGES)}")
+        configs.append((label, Path(directory).resolve(), edge))
+    return configs
+
+
+def configurations(opts: Options, configs: list[tuple[str, Path, str]], index: int) -> list[Options]:
+    """`opts` for each of `configs` (just `opts` without any), rotated by `index` so that the order alternates."""
+    if not configs:
+        return [opts]
+    each = [dataclasses.replace(opts, label=label, app_dir=directory, edge=edge) for label, directory, edge in configs]
+    shift = index % len(each)
+    return each[shift:] + each[:shift]
 
 
 def make_options(args: argparse.Namespace, *, window_s: float = 0.0, warmup_s: float = 0.0) -> Options:

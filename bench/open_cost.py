@@ -79,7 +79,7 @@ IDLE_S = 1.0
 
 # (path fragment, qualname prefixes or None for any, phase): the first rule matching a frame names its phase.
 RULES: list[tuple[str, tuple[str, ...] | None, str]] = [
-    ("/streams/server/daphne.py", ("Flow.", "StreamFlow."), WRITE),
+    ("/streams/server/daphne.py", ("Flow.",), WRITE),
     ("/streams/server/", None, ACCEPT),
     ("/daphne/server.py", ("Server.handle_reply",), WRITE),
     ("/daphne/server.py", ("Server.application_checker", "Server.timeout_checker"), BOOKKEEPING),

@@ -5,6 +5,7 @@ Run by hand, with the services up (`make services-up`, or through `platform/with
     .venv/bin/python bench/probe_forwarded.py                      # 50 requests, a limit of 2 per address
     .venv/bin/python bench/probe_forwarded.py --requests 200 --limit 5
     .venv/bin/python bench/probe_forwarded.py --app-dir ../other   # the server of another checkout
+    .venv/bin/python bench/probe_forwarded.py --edge               # the server behind its edge, as web.py runs it
 
 It starts one server (`python -m streams.server --proxy-headers`, the way docs/operations.md runs workers behind a
 proxy) with the default `TRUSTED_PROXIES` and `SSE_MAX_STREAMS_PER_CLIENT=--limit`, on a fresh topic and route.
@@ -16,7 +17,8 @@ refused by the per-address limit (429), any other answer, and each address the s
 (a server whose stream lines carry no `client` shows "(not logged)" for them).
 With forwarded headers believed from anyone, every request is admitted and the server logs the addresses the
 client wrote; with them believed only from trusted proxies, `--limit` are admitted and the rest refused, all
-under 127.0.0.2.
+under 127.0.0.2. With `--edge`, the server listens behind HAProxy (platform/edge/haproxy.cfg, with the token
+platform/web.py would give it), and the probe talks to the edge.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import socket
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -39,6 +44,7 @@ from bench.harness import (
     create_topic,
     delete_route,
     delete_topic,
+    edge_command,
     free_port,
     load_services_env,
     setup_django,
@@ -54,7 +60,7 @@ def put_limited_route(name: str, path: str, topic: str) -> None:
     do_put_route(name=name, path=path, topic=topic)
 
 
-def start_server(app_dir: Path, port: int, limit: int, log_path: Path) -> Proc:
+def start_server(app_dir: Path, port: int, limit: int, log_path: Path, *, edge: bool) -> list[Proc]:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.local",
@@ -67,9 +73,18 @@ def start_server(app_dir: Path, port: int, limit: int, log_path: Path) -> Proc:
         # 100 by default) would close the probe's connections past 100 before they could claim an address.
         "SSE_MAX_CONNECTIONS_PER_CLIENT": "0",
     }
-    endpoint = f"tcp:port={port}:interface=127.0.0.1:backlog=4096"
+    upstream = free_port() if edge else port
+    token = secrets.token_urlsafe(32)
+    if edge:
+        env["SSE_EDGE_TOKEN"] = token
+    endpoint = f"tcp:port={upstream}:interface=127.0.0.1:backlog=4096"
     argv = [PY, "-m", "streams.server", "--proxy-headers", "-v", "1", "-e", endpoint, "config.asgi:application"]
     server = Proc("server", argv, log_path=log_path, env=env, cwd=app_dir)
+    started = [server]
+    if edge:
+        where: Any = SimpleNamespace(app_dir=app_dir, out_dir=log_path.parent, run_id=log_path.stem)
+        edge_argv, edge_env = edge_command("haproxy", where, port, f"127.0.0.1:{upstream}", token=token, server_env=env)
+        started.append(Proc("haproxy", edge_argv, log_path=log_path.with_suffix(".edge.log"), env=edge_env))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if not server.alive():
@@ -78,11 +93,12 @@ def start_server(app_dir: Path, port: int, limit: int, log_path: Path) -> Proc:
             with socket.create_connection(("127.0.0.1", port), timeout=1) as probe:
                 probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
                 if probe.recv(64).startswith(b"HTTP/1.1 200"):
-                    return server
+                    return started
         except OSError:
             pass
         time.sleep(0.2)
-    server.stop()
+    for proc in started:
+        proc.stop()
     sys.exit(f"probe_forwarded: the server did not answer within 60 s:\n{server.tail()}")
 
 
@@ -128,6 +144,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=50, help="stream requests sent (default 50)")
     parser.add_argument("--limit", type=int, default=2, help="SSE_MAX_STREAMS_PER_CLIENT (default 2)")
     parser.add_argument("--app-dir", type=Path, default=ROOT, help="the checkout the server runs (default: this one)")
+    parser.add_argument("--edge", action="store_true", help="the server behind HAProxy, the probe talking to it")
     args = parser.parse_args()
     load_services_env()
     setup_django()
@@ -142,7 +159,7 @@ def main() -> None:
     create_topic(bootstrap, name)
     put_limited_route(name, path, name)
     port = free_port()
-    server = start_server(args.app_dir.resolve(), port, args.limit, log_path)
+    servers = start_server(args.app_dir.resolve(), port, args.limit, log_path, edge=args.edge)
     statuses: Counter[int] = Counter()
     sockets = []
     try:
@@ -154,12 +171,14 @@ def main() -> None:
         for sock in sockets:
             sock.close()
         time.sleep(2)  # the server logs each stream as it notices its client left
-        server.stop()
+        for proc in reversed(servers):
+            proc.stop()
         delete_route(name)
         delete_topic(bootstrap, name)
     clients = logged_clients(log_path, path)
     other = sum(count for status, count in statuses.items() if status not in (200, 429))
-    print(f"server: {args.app_dir.resolve()} with --proxy-headers, TRUSTED_PROXIES default, limit {args.limit}")
+    behind = " behind its edge (HAProxy)" if args.edge else ""
+    print(f"server: {args.app_dir.resolve()}{behind} with --proxy-headers, TRUSTED_PROXIES default, limit {args.limit}")
     print(f"peer: {UNTRUSTED_PEER}, a different X-Forwarded-For on each request\n")
     print("| requests | admitted (200) | refused per address (429) | other | addresses the server logged |")
     print("|---:|---:|---:|---:|---|")

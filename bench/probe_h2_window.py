@@ -177,7 +177,8 @@ class OwnServer:
         while time.monotonic() < deadline:
             if not self.proc.alive():
                 sys.exit(f"the server exited:\n{self.proc.tail()}")
-            if len(harness.children(self.proc.pid)) == processes and listening_pids(self.tls_port):
+            # Its workers, and its edge (HAProxy, which serves HTTPS) unless the checkout predates it.
+            if len(harness.children(self.proc.pid)) >= processes and listening_pids(self.tls_port):
                 with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
                     s.sendall(b"GET /-/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
                     if s.recv(64).startswith(b"HTTP/1.1 200"):

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install whatever this checkout needs and is missing on this machine:
 #   - Debian packages: redis-server, chromium, postgresql-15 (binaries only;
-#     no system service is started or used), a Java 17 runtime and Maven,
+#     no system service is started or used), a Java 17 runtime, Maven, and
+#     haproxy (the edge in front of the web workers, platform/edge/; its system
+#     service is not used either: platform/web.py runs it),
 #   - Apache Kafka's jars for the embedded broker, copied by Maven from the pom
 #     in platform/kafka/ into a cache outside the checkout (kept across clones;
 #     skipped when the cache for this pom exists),
@@ -53,6 +55,7 @@ command -v redis-server >/dev/null 2>&1 || apt_pkgs+=(redis-server)
 java_ok() { command -v java >/dev/null 2>&1 && java -version 2>&1 | grep -Eq 'version "(1[7-9]|2[0-9])'; }
 java_ok || apt_pkgs+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || apt_pkgs+=(maven)
+[ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null 2>&1 || apt_pkgs+=(haproxy)
 
 if [ "${#apt_pkgs[@]}" -gt 0 ]; then
     say "installing Debian packages: ${apt_pkgs[*]}"

@@ -7,10 +7,18 @@ Run by path, with the project's interpreter (it is what the Procfile's ``web:`` 
 Settings (environment):
 
 ``WEB_HOST``, ``WEB_PORT``
-    where to listen (default ``127.0.0.1``, ``8000``); IPv4 only, as daphne adopts the socket as ``AF_INET``.
+    where to listen (default ``127.0.0.1``, ``8000``): the edge's plain HTTP port, or the workers' own with
+    ``WEB_EDGE=off`` (IPv4 only then, as daphne adopts the socket as ``AF_INET``).
+``WEB_EDGE``
+    ``haproxy`` (default): the edge, HAProxy with platform/edge/haproxy.cfg (platform/edge_process.py), listens on
+    the ports, terminates TLS and HTTP/2, applies the connection-level policy and hands each request over
+    HTTP/1.1 to the workers, which accept on a loopback port of their own and believe the forwarded headers of a
+    request that carries the edge's token (made anew at each start, known to the edge and the workers only);
+    it is started, restarted and stopped with them. ``off``: the workers listen on ``WEB_PORT`` themselves, plain
+    HTTP/1.1 only, for a proxy of the operator's own in front (docs/operations.md, "Behind a proxy of your own").
 ``WEB_TLS_PORT``
-    where to serve HTTPS too, with HTTP/2 offered through ALPN (default ``8443``; ``off`` for none), on the same
-    host and by the same workers as the plain port.
+    where the edge serves HTTPS too, with HTTP/2 offered through ALPN (default ``8443``; ``off`` for none; always
+    off without the edge).
 ``WEB_TLS_CERT``, ``WEB_TLS_KEY``
     the PEM certificate (it may be followed by its chain) and its unencrypted PEM private key for HTTPS. Both or
     neither: unset, a self-signed development certificate is made under ``var/tls/`` (platform/tlscert.py).
@@ -45,15 +53,15 @@ Settings (environment):
     where the workers keep their metrics for ``/metrics`` to merge (default: a new directory under
     ``var/metrics/``, removed at exit). Its files are cleared at start; a dead worker's live gauges are removed.
 
-This process opens ONE socket (``SO_REUSEADDR``, listening, non-blocking) and starts the workers as
-``python -m streams.server --fd <fd> config.asgi:application``, handing the descriptor over with ``pass_fds``: every
-worker accepts from the same kernel queue, so a connection goes to whichever worker is free first. With HTTPS on,
-it opens a second socket the same way and adds ``--tls-fd <fd> --tls-cert <file> --tls-key <file>``: the same
-workers serve both ports (the server module must accept these options, as ``streams.server`` does). Each worker
-is a separate process with its own event loop and its own in-memory cache; none shares state with another.
+This process opens ONE socket for the workers (``SO_REUSEADDR``, listening, non-blocking: on ``WEB_PORT``, or behind
+the edge on a free port of 127.0.0.1) and starts them as ``python -m streams.server --fd <fd>
+config.asgi:application`` (with ``--proxy-headers`` behind the edge), handing the descriptor over with
+``pass_fds``: every worker accepts from the same kernel queue, so a connection goes to whichever worker is free
+first. Each worker is a separate process with its own event loop and its own in-memory cache; none shares state
+with another. The edge, when there is one, is supervised as one more slot.
 
-Signals: SIGTERM, SIGINT and SIGHUP are forwarded to every worker (SIGHUP as SIGTERM); the workers run in their
-own session, so a terminal's Ctrl-C reaches them only through this forwarding, once. Workers still running
+Signals: SIGTERM, SIGINT and SIGHUP are forwarded to every worker and the edge (SIGHUP as SIGTERM); they run in
+sessions of their own, so a terminal's Ctrl-C reaches them only through this forwarding, once. Workers still running
 ``STOP_GRACE_S`` seconds later are killed. This process exits with 0 when all its workers have exited after a
 stop. Each worker also gets SIGKILL from the kernel if this process dies abruptly
 (``PR_SET_PDEATHSIG``), so no worker is left holding the port.
@@ -85,11 +93,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+import edge_process  # platform/edge_process.py, beside this file
 import tlscert  # platform/tlscert.py, beside this file
 from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import multiprocess as prometheus_multiprocess
 
-from config.env import envint, envstr
+from config.env import envchoice, envint, envstr
 
 ROOT = Path(__file__).resolve().parent.parent
 APPLICATION = "config.asgi:application"
@@ -113,14 +122,17 @@ def log(message: str) -> None:
         print(f"web: {message}", file=sys.stderr, flush=True)
 
 
-def listen(host: str, port: int, backlog: int) -> socket.socket:
-    """The shared listening socket, inheritable so the workers get it through ``pass_fds``."""
+def listen(host: str, port: int, backlog: int, *, send_buffer: int = 0) -> socket.socket:
+    """The shared listening socket, inheritable so the workers get it through ``pass_fds``; `send_buffer`, if given,
+    is the send buffer of every connection it accepts."""
     try:
         infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
     except socket.gaierror as exc:
         sys.exit(f"web: WEB_HOST {host!r} has no IPv4 address ({exc}); daphne adopts the socket as IPv4")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if send_buffer:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     try:
         sock.bind(infos[0][4])
     except OSError as exc:
@@ -130,16 +142,6 @@ def listen(host: str, port: int, backlog: int) -> socket.socket:
     sock.setblocking(False)
     sock.set_inheritable(True)
     return sock
-
-
-@dataclass(frozen=True)
-class Https:
-    sock: socket.socket
-    cert: Path
-    key: Path
-
-    def argv(self) -> list[str]:
-        return ["--tls-fd", str(self.sock.fileno()), "--tls-cert", str(self.cert), "--tls-key", str(self.key)]
 
 
 def tls_port() -> int | None:
@@ -251,31 +253,40 @@ class Supervisor:
         processes: int,
         argv_tail: list[str],
         max_delay_s: float = 60.0,
-        https: Https | None = None,
+        edge: edge_process.Edge | None = None,
     ) -> None:
         self.sock = sock
-        self.https = https
+        self.edge = edge
         self.processes = processes
         self.argv_tail = argv_tail
         self.max_delay_s = max(max_delay_s, RESTART_DELAY_MIN_S)
-        self.workers: dict[int, tuple[int, subprocess.Popen[bytes]]] = {}  # pid -> (slot, process)
-        self.slots = [Slot() for _ in range(processes)]
+        self.workers: dict[int, tuple[int, subprocess.Popen[bytes]]] = {}  # pid -> (slot, process), the edge too
+        # One slot per worker, and the edge's last: it is restarted as a worker is.
+        self.slots = [Slot() for _ in range(processes + (edge is not None))]
         self.stopping = False
         self.stop_deadline = 0.0
         self.pending_signal: int | None = None
 
+    def name(self, slot: int) -> str:
+        return "edge" if self.edge is not None and slot == self.processes else f"worker {slot}"
+
     def spawn(self, slot: int) -> None:
-        fds = [self.sock.fileno()]
-        module = envstr("WEB_SERVER_MODULE", DEFAULT_SERVER_MODULE).strip() or DEFAULT_SERVER_MODULE
-        argv = [sys.executable, "-m", module, "--fd", str(fds[0])]
-        if self.https is not None:
-            fds.append(self.https.sock.fileno())
-            argv += self.https.argv()
-        argv += [*self.argv_tail, APPLICATION]
-        # Read by glibc and Python at start: set here, never changed later. An operator's own values win.
-        env = {"MALLOC_ARENA_MAX": MALLOC_ARENA_MAX, "PYTHONMALLOC": PYTHONMALLOC, **os.environ}
+        fds: list[int] = []
+        if self.edge is not None and slot == self.processes:
+            argv, env = self.edge.argv(), self.edge.env
+        else:
+            fds = [self.sock.fileno()]
+            module = envstr("WEB_SERVER_MODULE", DEFAULT_SERVER_MODULE).strip() or DEFAULT_SERVER_MODULE
+            argv = [sys.executable, "-m", module, "--fd", str(fds[0])]
+            if self.edge is not None:
+                argv.append("--proxy-headers")  # believed from the edge alone (its token, streams/server/forwarded.py)
+            argv += [*self.argv_tail, APPLICATION]
+            # Read by glibc and Python at start: set here, never changed later. An operator's own values win.
+            env = {"MALLOC_ARENA_MAX": MALLOC_ARENA_MAX, "PYTHONMALLOC": PYTHONMALLOC, **os.environ}
+            if self.edge is not None:
+                env["SSE_EDGE_TOKEN"] = self.edge.token
         # preexec_fn is safe here: this process has a single thread.
-        worker = subprocess.Popen(
+        child = subprocess.Popen(
             argv,
             cwd=ROOT,
             env=env,
@@ -283,9 +294,9 @@ class Supervisor:
             start_new_session=True,
             preexec_fn=_child_setup,  # noqa: PLW1509
         )
-        self.workers[worker.pid] = (slot, worker)
+        self.workers[child.pid] = (slot, child)
         self.slots[slot].started_at = time.monotonic()
-        log(f"worker {slot} started (pid {worker.pid})")
+        log(f"{self.name(slot)} started (pid {child.pid})")
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         if signum != signal.SIGCHLD:
@@ -316,7 +327,7 @@ class Supervisor:
             lived = now - self.slots[slot].started_at
             delay = self.slots[slot].backoff(now, self.max_delay_s)
             log(
-                f"worker {slot} (pid {pid}) exited unexpectedly with status {code} after {lived:.1f}s: "
+                f"{self.name(slot)} (pid {pid}) exited unexpectedly with status {code} after {lived:.1f}s: "
                 f"restarting it in {delay:g}s"
             )
 
@@ -339,7 +350,7 @@ class Supervisor:
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, self.on_signal)
-        for slot in range(self.processes):
+        for slot in range(len(self.slots)):
             self.spawn(slot)
         while self.workers or not self.stopping:  # a slot waiting to restart has no worker meanwhile
             select.select([wake_r], [], [], self.wait_s())
@@ -373,6 +384,7 @@ def main() -> int:
         processes = envint("WEB_PROCESSES", default_processes(), minimum=1)
         max_streams = envint("SSE_MAX_STREAMS", 20_000, minimum=0)
         max_delay_s = envint("WEB_RESTART_MAX_DELAY_S", 60, minimum=1)
+        with_edge = envchoice("WEB_EDGE", ("haproxy", "off"), "haproxy") == "haproxy"
         https_port = tls_port()
     except ImproperlyConfigured as exc:
         sys.exit(f"web: {exc}")
@@ -382,19 +394,54 @@ def main() -> int:
         sys.exit(f"web: WEB_DAPHNE_ARGS cannot be split: {exc}")
     if https_port is not None and https_port == port != 0:
         sys.exit(f"web: WEB_TLS_PORT and WEB_PORT are both {port}; HTTPS needs a port of its own (or WEB_TLS_PORT=off)")
-    https = None
-    if https_port is not None:
-        cert, key = certificate(host)
-        https = Https(listen(host, https_port, backlog), cert, key)
-    sock = listen(host, port, backlog)
+    if https_port is not None and not with_edge:
+        sys.exit("web: HTTPS is the edge's: with WEB_EDGE=off, set WEB_TLS_PORT=off (a proxy of your own serves it)")
+    edge = None
+    if with_edge:
+        for public in (port, https_port):
+            if public is not None:
+                listen(host, public, backlog).close()  # in use or not ours to take: said now, not by a looping edge
+        sock, edge = start_edge(host, port, https_port, backlog)
+        where = f"the edge (HAProxy) on {host}:{port}"
+    else:
+        sock = listen(host, port, backlog)
+        where = f"{host}:{sock.getsockname()[1]}"
     metrics_dir()
     raise_descriptor_limit(max_streams)
-    log(f"listening on {host}:{sock.getsockname()[1]} (backlog {backlog}), {processes} worker(s)")
-    if https is not None:
-        log(f"https on {host}:{https.sock.getsockname()[1]} (HTTP/2 and HTTP/1.1), certificate {https.cert}")
+    log(f"listening on {where} (backlog {backlog}), {processes} worker(s)")
+    if edge is not None and edge.tls_pem is not None:
+        log(f"https on {host}:{https_port} (HTTP/2 and HTTP/1.1, through the edge)")
     if "WEB_MAX_RESTARTS" in os.environ:
         log("WEB_MAX_RESTARTS is no longer read: a crash-looping worker is restarted ever later, never given up")
-    return Supervisor(sock, processes, extra, max_delay_s, https).run()
+    return Supervisor(sock, processes, extra, max_delay_s, edge).run()
+
+
+def start_edge(host: str, port: int, https_port: int | None, backlog: int) -> tuple[socket.socket, edge_process.Edge]:
+    """The workers' socket on a free loopback port, and the edge that forwards to it, its configuration checked."""
+    try:
+        binary = edge_process.find_haproxy()
+        pem = None
+        if https_port is not None:
+            private = edge_process.private_directory(ROOT / "var" / "run")
+            atexit.register(shutil.rmtree, private, ignore_errors=True)
+            cert, key = certificate(host)
+            pem = edge_process.tls_pem(private, cert, key)
+        # Small buffers between the workers and the edge (its own side is set in its configuration): a stream whose
+        # client stops reading fills them soon, and the worker's flow control hears it, where the kernel would
+        # otherwise grow them to megabytes per connection on loopback.
+        sock = listen(edge_process.UPSTREAM_HOST, 0, backlog, send_buffer=edge_process.UPSTREAM_BUFFER)
+        upstream = f"{edge_process.UPSTREAM_HOST}:{sock.getsockname()[1]}"
+        token = edge_process.new_token()
+        env = edge_process.environment(
+            host=host, port=port, tls_port=https_port, pem=pem, upstream=upstream, token=token
+        )
+        edge = edge_process.Edge(binary, upstream, pem, token, env)
+        edge.check()
+    except ImproperlyConfigured as exc:
+        sys.exit(f"web: {exc}")
+    except (edge_process.EdgeError, OSError) as exc:
+        sys.exit(f"web: {exc}")
+    return sock, edge
 
 
 if __name__ == "__main__":

@@ -192,8 +192,19 @@ def spark(spark_for_the_run: None) -> Any:
 
 @pytest.fixture
 def web() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    """platform/web.py with two workers on one port: the supervisor and the port; its workers killed at the end."""
+    """platform/web.py with two workers behind its edge: the supervisor and the port; all killed at the end."""
     process, port = web_started()
+    try:
+        yield process, port
+    finally:
+        stop_web(process)
+
+
+@pytest.fixture
+def web_without_edge() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """platform/web.py with two workers on its port and no edge (`WEB_EDGE=off`): a client's connection is a
+    worker's, and a client that closes it is heard at once."""
+    process, port = web_started(WEB_EDGE="off", WEB_TLS_PORT="off")
     try:
         yield process, port
     finally:

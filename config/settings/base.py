@@ -74,13 +74,6 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": database_from_url("DATABASE_URL", envstr("DATABASE_URL"))}
-# The largest request body the API and the admin read (an API request past it is a 413 problem).
-DATA_UPLOAD_MAX_MEMORY_SIZE = envint("API_MAX_BODY_BYTES", default=2_621_440, minimum=1024)
-# Request body bytes one web process holds at once, all requests together, from their arrival (a declared
-# Content-Length counts whole at once) until the response ends; past it a new body is refused with a 503
-# (streams/server/bodies.py). At least one body of the largest size must fit.
-HTTP_BODIES_MAX_BYTES = envint("HTTP_BODIES_MAX_BYTES", default=64 * 1024 * 1024, minimum=DATA_UPLOAD_MAX_MEMORY_SIZE)
-
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Checked wherever a person chooses a password (the admin's forms, `createsuperuser`, `demo_setup`).

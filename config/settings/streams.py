@@ -7,14 +7,23 @@ from config.env import envbool, envint, envlist, envstr
 # The retry line and keep-alive interval are per SSE endpoint (bindings.Endpoint), not settings.
 # Paths under these prefixes belong to Django (admin, API, static files, the demo page), never to a route.
 SSE_RESERVED_PREFIXES = tuple(envlist("SSE_RESERVED_PREFIXES", ["/admin/", "/analytics/", "/api/", "/static/", "/-/"]))
-# A connection's request headers must be complete this long after it was accepted (TLS handshake included), and a
-# kept-alive connection must bring its next request's headers this long after the last response, or it is closed
-# (streams/server/deadlines.py). Bytes trickling in do not extend either; a stream in flight is never "idle".
+# What the edge in front of the workers enforces (platform/edge/haproxy.cfg, which platform/web.py hands these):
+# a request's headers must be complete this long after its connection opened (the TLS handshake included) or its
+# previous response ended, and a kept-alive connection must bring its next request within the idle bound, or it is
+# closed. Bytes trickling in do not extend either; a stream in flight is never "idle".
 HTTP_HEADER_TIMEOUT_S = envint("HTTP_HEADER_TIMEOUT_S", default=15, minimum=1, maximum=3600)
 HTTP_IDLE_TIMEOUT_S = envint("HTTP_IDLE_TIMEOUT_S", default=60, minimum=1, maximum=3600)
 # A request's body must be complete this long after its headers, or the request is refused (408) and what arrived
-# of it dropped (streams/server/bodies.py); trickled bytes do not extend it.
+# of it dropped (the edge for what its buffer holds, the workers for the rest: streams/server/bodies.py); trickled
+# bytes do not extend it.
 HTTP_BODY_TIMEOUT_S = envint("HTTP_BODY_TIMEOUT_S", default=30, minimum=1, maximum=3600)
+# The largest request body the API and the admin read (an API request past it is a 413 problem); the edge refuses a
+# larger declared length, the workers a larger body as it arrives.
+DATA_UPLOAD_MAX_MEMORY_SIZE = envint("API_MAX_BODY_BYTES", default=2_621_440, minimum=1024)
+# Request body bytes one web process holds at once, all requests together, from their arrival (a declared
+# Content-Length counts whole at once) until the response ends; past it a new body is refused with a 503
+# (streams/server/bodies.py). At least one body of the largest size must fit.
+HTTP_BODIES_MAX_BYTES = envint("HTTP_BODIES_MAX_BYTES", default=64 * 1024 * 1024, minimum=DATA_UPLOAD_MAX_MEMORY_SIZE)
 
 # The per-process cache of recent records, shared by every stream of the process.
 SSE_CACHE_MAX_BYTES = envint("SSE_CACHE_MAX_BYTES", default=256 * 1024 * 1024, minimum=1024 * 1024)
@@ -94,12 +103,15 @@ SSE_MAX_STREAMS = envint("SSE_MAX_STREAMS", default=20_000, minimum=0)
 # (config/settings/base.py) so the address is the client's.
 SSE_MAX_STREAMS_PER_CLIENT = envint("SSE_MAX_STREAMS_PER_CLIENT", default=100, minimum=0)
 SSE_MAX_STREAMS_PER_IDENTITY = envint("SSE_MAX_STREAMS_PER_IDENTITY", default=0, minimum=0)
-# Connections one client address (the socket's peer: a proxy is one address) may hold open in one process (0: no
-# limit); past it a connection is closed as soon as it is accepted. HTTP/2 gives each connection up to 100 streams.
+# Connections one client address may hold open, both ports together (0: no limit); past it the edge closes a
+# connection as soon as it is accepted. HTTP/2 gives each connection up to 100 streams.
 SSE_MAX_CONNECTIONS_PER_CLIENT = envint("SSE_MAX_CONNECTIONS_PER_CLIENT", default=100, minimum=0)
 # Every per-address limit (the three above and below, and the admin's sign-in lockout) counts an IPv6 client by its
 # prefix of this many bits, as one client holds a /64 at least and may use a new address for every connection
 # (streams/server/addresses.py). 128: each address on its own.
+# Set by platform/web.py for its workers, never by hand: the token its edge puts on every request it hands on, so
+# that the workers believe that request's forwarded headers (streams/server/forwarded.py). Empty: no edge.
+SSE_EDGE_TOKEN = envstr("SSE_EDGE_TOKEN", "")
 SSE_CLIENT_IPV6_PREFIX = envint("SSE_CLIENT_IPV6_PREFIX", default=64, minimum=32, maximum=128)
 SSE_LIMIT_RETRY_AFTER_S = envint("SSE_LIMIT_RETRY_AFTER_S", default=5, minimum=1, maximum=3600)
 # Challenge responses one identity (or, without a valid token, one address) may send per minute (0: no limit).

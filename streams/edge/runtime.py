@@ -43,7 +43,6 @@ from streams.kafka.decoding import Models
 from streams.routes.table import OpenStreams, RouteTable
 from streams.server import collector
 from streams.server.bodies import HeldBodies
-from streams.server.peers import PeerStats
 from streams.server.reaping import ServerConnections
 from streams.telemetry.counters import StreamStats
 from streams.telemetry.delivery_log import DeliveryLog, DeliverySinks
@@ -141,7 +140,6 @@ class Runtime:
             "malformed_ids": self.stats.malformed_ids,
             "closed_slow": self.stats.closed_slow,
             "server_connections": ServerConnections.count(),  # streams/server/reaping.py
-            "connections_refused": PeerStats.refused,  # past SSE_MAX_CONNECTIONS_PER_CLIENT (streams/server/peers.py)
             "request_body_bytes_held": HeldBodies.held,  # within HTTP_BODIES_MAX_BYTES (streams/server/bodies.py)
             "historical_readers": ReaderStats.historical_readers,
             "route_reloads": self.routes.reloads,

@@ -1,9 +1,9 @@
 """Client addresses as the per-address limits count them: one key per client, however its address is written.
 
-Every per-address count keys on `client_key(address)` and on nothing else: connections per client
-(streams/server/peers.py), streams per client and the challenge rate (streams/edge/limits.py,
-streams/edge/side_requests.py), and the admin's sign-in lockout (`lockout_address`, django-axes'
-`AXES_CLIENT_IP_CALLABLE`). Keyed on the address as written, a client got a fresh count by writing it anew:
+Every per-address count of the workers keys on `client_key(address)` and on nothing else: streams per client and
+the challenge rate (streams/edge/limits.py, streams/edge/side_requests.py), and the admin's sign-in lockout
+(`lockout_address`, django-axes' `AXES_CLIENT_IP_CALLABLE`); the edge keys its connection cap the same way
+(platform/edge/haproxy.cfg). Keyed on the address as written, a client got a fresh count by writing it anew:
 
 - an IPv6 client holds a whole prefix (a /64 at least, often a /56 or a /48) and may use a new address for every
   connection: an IPv6 address counts as its `SSE_CLIENT_IPV6_PREFIX` (default /64), keyed by the prefix's first

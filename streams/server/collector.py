@@ -8,8 +8,8 @@ counting, frozen or not. So what a full pass keeps is frozen at once (`gc.freeze
 nothing), and the next pass scans only what was allocated since: each object is scanned by at most one full pass.
 
 Even so an object kept is scanned three times, by a young pass, a middle one and a full one, before it is frozen:
-a fifth of an open's CPU in a storm. During a burst of connections (`BURST_CONNECTIONS` accepted within
-`BURST_WINDOW_S`, told by `connection_accepted`) what every pass keeps is frozen, so a stream's objects are
+a fifth of an open's CPU in a storm. During a burst of requests (`BURST_REQUESTS` begun within
+`BURST_WINDOW_S`, told by `request_started`) what every pass keeps is frozen, so a stream's objects are
 scanned once. A request that is not a stream does leave cycles (Django's request handling: about a hundred
 objects per API request); those that a young pass saw alive are frozen with the rest during a burst, and wait
 for the next review. So passes freeze during bursts for at most `BURST_FREEZING_S` between two reviews: a storm
@@ -32,15 +32,15 @@ log = logging.getLogger(__name__)
 FULL_COLLECTION_EVERY = 100  # second-generation collections per full one (Python's default: 10)
 REVIEW_EVERY_S = 600.0
 BURST_FREEZING_S = 30.0  # how long passes may freeze during bursts between two reviews
-BURST_CONNECTIONS = 100  # connections accepted within one window that make a burst...
-BURST_WINDOW_S = 1.0  # ...and how long a burst lasts after its last connection
+BURST_REQUESTS = 100  # requests begun within one window that make a burst...
+BURST_WINDOW_S = 1.0  # ...and how long a burst lasts after its last request
 OLDEST = 2  # the generation a full pass collects
 
 # Objects frozen, as last counted: counting walks every one of them (millions in a busy process: 40 µs per stream
 # of a reconnect storm's CPU went to `/-/health` calls counting them), so it is done at start and at each review.
 _frozen_counted = 0
-_window_start = float("-inf")  # when the current window of accepted connections began
-_window_count = 0  # connections accepted in it
+_window_start = float("-inf")  # when the current window of requests began
+_window_count = 0  # requests begun in it
 _burst_until = float("-inf")  # every pass freezes what it keeps until then
 _burst_froze_at: float | None = None  # when a pass first froze during a burst since the last review
 
@@ -56,14 +56,14 @@ def tune() -> None:
         gc.callbacks.append(freeze_after_pass)
 
 
-def connection_accepted() -> None:
-    """Count a connection; `BURST_CONNECTIONS` of them within `BURST_WINDOW_S` start (or extend) a burst."""
+def request_started() -> None:
+    """Count a request; `BURST_REQUESTS` of them within `BURST_WINDOW_S` start (or extend) a burst."""
     global _window_start, _window_count, _burst_until  # noqa: PLW0603
     now = time.monotonic()
     if now - _window_start >= BURST_WINDOW_S:
         _window_start, _window_count = now, 0
     _window_count += 1
-    if _window_count >= BURST_CONNECTIONS:
+    if _window_count >= BURST_REQUESTS:
         _burst_until = now + BURST_WINDOW_S
 
 

@@ -1,13 +1,17 @@
-"""Which client a request comes from: the peer, or what a trusted proxy says in its forwarded headers.
+"""Which client a request comes from: the peer, or what the edge (or a trusted proxy) says in forwarded headers.
 
 daphne's `--proxy-headers` takes `X-Forwarded-For` (its first entry), `X-Forwarded-Port` and `X-Forwarded-Proto`
 from whoever sends them, and `Daphne-Root-Path` from any request. The per-address stream limit, the challenge
 rate and the admin's sign-in lockout all key on the client address, so a client that writes its own
 `X-Forwarded-For` would pick the address they count. `ClientOrigin.rewrite` runs on each request's scope before
-the application sees it and undoes what daphne took, unless the request came from a trusted proxy:
+the application sees it and undoes what daphne took, unless the request came through the edge or a trusted proxy:
 
-- only a peer inside `TRUSTED_PROXIES` (addresses or networks) is believed, and never on the TLS port, which
-  clients reach directly (a proxy that terminates TLS talks to the plain port);
+- the edge (platform/edge/haproxy.cfg) says who it is with a token on every request it hands on (`EDGE_HEADER`,
+  made anew by platform/web.py at each start and known to the edge and the workers only): such a request's
+  headers are believed, whatever its peer. The edge drops whatever a client wrote in these headers and writes the
+  client's address, port and scheme itself. The token never reaches the application;
+- over TCP, only a peer inside `TRUSTED_PROXIES` (addresses or networks) is believed (an operator's own proxy in
+  place of the edge, docs/operations.md), and never over TLS, which clients reach directly;
 - from a trusted peer, the client is the rightmost `X-Forwarded-For` entry that is not itself a trusted proxy:
   each proxy appends the address it saw, so entries to the left of that one are the client's own writing. An
   entry is read as `host_of` reads it (streams/server/addresses.py): a port a proxy wrote beside the address
@@ -19,6 +23,7 @@ the application sees it and undoes what daphne took, unless the request came fro
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 from collections.abc import Iterable
 from typing import Any
@@ -26,6 +31,7 @@ from typing import Any
 from streams.server.addresses import host_of, parse_address
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+EDGE_HEADER = b"x-sse-edge"
 FORWARDED_HEADERS = frozenset(
     {b"x-forwarded-for", b"x-forwarded-port", b"x-forwarded-proto", b"x-forwarded-host", b"x-real-ip", b"forwarded"}
 )
@@ -49,7 +55,8 @@ class ClientOrigin:
     """Set a request scope's `client`, `scheme` and `root_path` from the connection, or from a trusted proxy.
 
     `address_header` and the others are the header names daphne was told to read (`--proxy-headers`,
-    `--proxy-headers-host`, `--proxy-headers-port`), None when it reads none.
+    `--proxy-headers-host`, `--proxy-headers-port`), None when it reads none; `edge_token` is the edge's token
+    (empty: no edge, no request is taken for its).
     """
 
     def __init__(
@@ -60,8 +67,10 @@ class ClientOrigin:
         address_header: str | None,
         port_header: str | None = None,
         proto_header: str | None = None,
+        edge_token: str = "",
     ) -> None:
         self.trusted = tuple(trusted)
+        self.edge_token = edge_token.encode("latin-1")
         self._trusted: dict[str, bool] = {}  # by address as written, up to TRUST_CACHE_SIZE of them
         self.root_path = root_path
         self.address_header = self._name(address_header)
@@ -84,11 +93,12 @@ class ClientOrigin:
             self._trusted[host] = trusted
         return trusted
 
-    def rewrite(self, scope: dict[str, Any], peer: tuple[str, int] | None, secure: bool) -> None:
+    def rewrite(self, scope: dict[str, Any], peer: tuple[str, int] | None, *, secure: bool) -> None:
         """Correct `scope` (daphne's, for a request from `peer` over TLS or not) before the application sees it."""
         scope["root_path"] = self.root_path
         connection_scheme = "https" if secure else "http"
-        if peer is None or secure or not self.is_trusted(peer[0]):
+        trusted = self.from_edge(scope) or (peer is not None and not secure and self.is_trusted(peer[0]))
+        if not trusted:
             scope["client"] = list(peer) if peer is not None else None
             scope["scheme"] = connection_scheme
             scope["headers"] = [(name, value) for name, value in scope["headers"] if name not in self.dropped]
@@ -98,10 +108,20 @@ class ClientOrigin:
         headers = scope["headers"]
         host = self.client_host(headers)
         if host is None:
-            scope["client"], scope["scheme"] = list(peer), connection_scheme
+            scope["client"] = list(peer) if peer is not None else None
+            scope["scheme"] = connection_scheme
             return
         scope["client"] = [host, self.forwarded_port(headers)]
         scope["scheme"] = self.forwarded_scheme(headers, connection_scheme)
+
+    def from_edge(self, scope: dict[str, Any]) -> bool:
+        """Whether the request carries the edge's token; the token leaves the scope either way."""
+        headers = scope["headers"]
+        said = [value for name, value in headers if name == EDGE_HEADER]
+        if not said:
+            return False
+        scope["headers"] = [(name, value) for name, value in headers if name != EDGE_HEADER]
+        return bool(self.edge_token) and len(said) == 1 and hmac.compare_digest(said[0], self.edge_token)
 
     def client_host(self, headers: list[tuple[bytes, bytes]]) -> str | None:
         """The address of the rightmost forwarded entry that is not a trusted proxy (the leftmost if all are), without

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import unique, wait_until
-from tests.support.servers import ROOT, VAR, children, free_port, healthy, stop_web, web_environment
+from tests.support.servers import ROOT, VAR, free_port, healthy, stop_web, web_environment, workers_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 HEADROOM = 1024  # platform/web.py's DESCRIPTOR_HEADROOM
@@ -48,8 +48,8 @@ def web_started_with(soft: int, hard: int, **env: str) -> Iterator[tuple[int, Pa
             stdout=log, stderr=subprocess.STDOUT, preexec_fn=limited_to(soft, hard),  # noqa: PLW1509
         )  # fmt: skip
     try:
-        wait_until(lambda: len(children(process.pid)) == 1 and healthy(port), timeout=60)
-        (worker,) = children(process.pid)
+        wait_until(lambda: len(workers_of(process.pid)) == 1 and healthy(port), timeout=60)
+        (worker,) = workers_of(process.pid)
         yield worker, log_path
     finally:
         stop_web(process)

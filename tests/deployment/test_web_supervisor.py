@@ -19,7 +19,7 @@ import pytest
 from embedded import pid_alive
 
 from tests.conftest import wait_until
-from tests.support.servers import HOST, VAR, children, free_port, healthy, start_web, stop_web, web_started
+from tests.support.servers import HOST, VAR, free_port, healthy, start_web, stop_web, web_started, workers_of
 
 import web  # platform/web.py, on the path tests.support.servers gives platform/  # isort: skip
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_sigterm_stops_every_worker_and_exits_0(web: tuple[subprocess.Popen[bytes], int]) -> None:
     process, port = web
-    workers = children(process.pid)
+    workers = workers_of(process.pid)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=20) == 0
     assert not any(pid_alive(pid) for pid in workers)
@@ -37,17 +37,17 @@ def test_sigterm_stops_every_worker_and_exits_0(web: tuple[subprocess.Popen[byte
 
 def test_a_worker_that_dies_is_replaced_and_the_port_keeps_answering(web: tuple[subprocess.Popen[bytes], int]) -> None:
     process, port = web
-    victim, survivor = sorted(children(process.pid))
+    victim, survivor = sorted(workers_of(process.pid))
     os.kill(victim, signal.SIGKILL)
     assert healthy(port)  # the other worker answers meanwhile, on the same socket
-    wait_until(lambda: len(children(process.pid)) == 2 and victim not in children(process.pid), timeout=30)
-    assert survivor in children(process.pid)
+    wait_until(lambda: len(workers_of(process.pid)) == 2 and victim not in workers_of(process.pid), timeout=30)
+    assert survivor in workers_of(process.pid)
     assert process.poll() is None
 
 
 def test_killing_the_supervisor_takes_its_workers_down(web: tuple[subprocess.Popen[bytes], int]) -> None:
     process, port = web
-    workers = children(process.pid)
+    workers = workers_of(process.pid)
     process.kill()
     process.wait()
     wait_until(lambda: not any(pid_alive(pid) for pid in workers), timeout=20)  # no orphan keeps the port
@@ -106,22 +106,22 @@ def test_workers_that_keep_dying_at_start_are_restarted_ever_later_and_never_giv
 
 
 def replaced(supervisor: int, victim: int) -> bool:
-    return len(children(supervisor)) == 2 and victim not in children(supervisor)
+    return len(workers_of(supervisor)) == 2 and victim not in workers_of(supervisor)
 
 
 def test_a_worker_killed_again_and_again_backs_off_while_the_other_keeps_serving() -> None:
     log = supervisor_log_from_here()
     process, port = web_started(WEB_MAX_RESTARTS="2")  # the old supervisor gave up on the third exit
     try:
-        survivor = min(children(process.pid))
+        survivor = min(workers_of(process.pid))
         slot = next(int(s) for s in re.findall(rf"worker (\d+) started \(pid {survivor}\)", log()))
         for _ in range(4):
-            victim = next(pid for pid in children(process.pid) if pid != survivor)
+            victim = next(pid for pid in workers_of(process.pid) if pid != survivor)
             os.kill(victim, signal.SIGKILL)
             assert healthy(port)  # the survivor answers, on the same socket, while the slot waits
             wait_until(partial(replaced, process.pid, victim), timeout=60)
         assert process.poll() is None
-        assert survivor in children(process.pid), "the other worker was never stopped"
+        assert survivor in workers_of(process.pid), "the other worker was never stopped"
         assert waits(log(), 1 - slot) == [1.0, 2.0, 4.0, 8.0]
     finally:
         stop_web(process)
@@ -142,7 +142,7 @@ def test_workers_run_with_two_malloc_arenas_and_glibcs_allocator(web: tuple[subp
     process, _port = web
     arenas = os.environ.get("MALLOC_ARENA_MAX", "2").encode()
     allocator = os.environ.get("PYTHONMALLOC", "malloc").encode()
-    workers = children(process.pid)
+    workers = workers_of(process.pid)
     assert len(workers) == 2
     for pid in workers:
         with open(f"/proc/{pid}/environ", "rb") as environ:

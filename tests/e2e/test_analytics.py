@@ -47,6 +47,7 @@ from tests.support.servers import (
     start_daphne,
     url_of_test_database,
     web_started,
+    workers_of,
 )
 from tests.support.sse_client import EventStream
 
@@ -240,7 +241,7 @@ def test_a_killed_workers_streams_stop_counting_within_two_report_intervals(
         for stream in streams:
             stream.events(1)
         wait_until(lambda: [row["open"] for row in log_rows(log_topic, REPORTS)][-1:] == [3], timeout=20)
-        (worker,) = children(supervisor.pid)
+        (worker,) = workers_of(supervisor.pid)
         os.kill(worker, signal.SIGKILL)
         killed = time.time()
         alive = run_rollup(trigger="test", topic=log_topic, master="local[1]")

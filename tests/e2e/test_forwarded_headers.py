@@ -1,13 +1,16 @@
-"""Forwarded headers count only from a trusted proxy (streams/server/forwarded.py), on the live server.
+"""Forwarded headers count only from the edge or a trusted proxy (streams/server/forwarded.py), on the live server.
 
-platform/web.py runs with `--proxy-headers` (as docs/operations.md advises behind a proxy) and the default
-`TRUSTED_PROXIES` (127.0.0.1). A client on 127.0.0.2, which the loopback interface also answers, is an untrusted
-peer: whatever `X-Forwarded-For` it writes, the per-address stream limit counts 127.0.0.2. A peer on 127.0.0.1
-is the trusted proxy: the client is the rightmost entry it appended, not what the client wrote to its left, and
-an entry written anew (with the client's port, another address of one IPv6 /64, IPv4 as IPv4-mapped IPv6) is the
-same client (streams/server/addresses.py). On the TLS port, which clients reach directly, nothing is taken from
-the headers. The admin's sign-in lockout keys on the same address. A client's `Daphne-Root-Path` never reaches
-the admin's redirect.
+platform/web.py runs its edge (`web`): whatever `X-Forwarded-For` a client writes, on either port, the edge
+replaces it with the client's address, which the workers believe from the edge alone. A client on 127.0.0.2,
+which the loopback interface also answers, is counted as 127.0.0.2 by the per-address stream limit and the
+admin's sign-in lockout.
+
+Without the edge (`proxied`: `WEB_EDGE=off`, `--proxy-headers` as docs/operations.md advises behind a proxy of
+one's own, the default `TRUSTED_PROXIES`, 127.0.0.1), a peer on 127.0.0.1 is the trusted proxy: the client is
+the rightmost entry it appended, not what the client wrote to its left, and an entry written anew (with the
+client's port, another address of one IPv6 /64, IPv4 as IPv4-mapped IPv6) is the same client
+(streams/server/addresses.py); a peer on 127.0.0.2 is untrusted. A client's `Daphne-Root-Path` never reaches the
+admin's redirect.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from django.contrib.auth.models import User
 from bindings.services import do_put_endpoint, do_put_route
 from tests.conftest import unique
 from tests.e2e.test_http2 import Web, web_with_https
+from tests.support.servers import stop_web, web_started
 
 pytestmark = pytest.mark.django_db(transaction=True)
 UNTRUSTED_PEER = "127.0.0.2"
@@ -32,8 +36,18 @@ UNTRUSTED_PEER = "127.0.0.2"
 
 @pytest.fixture(scope="module")
 def web(django_db_setup: None, django_db_blocker: object) -> Iterator[Web]:
-    with web_with_https(WEB_DAPHNE_ARGS="--proxy-headers") as serving:
+    with web_with_https() as serving:
         yield serving
+
+
+@pytest.fixture(scope="module")
+def proxied(django_db_setup: None, django_db_blocker: object) -> Iterator[int]:
+    """platform/web.py without its edge, as behind a proxy of the operator's own: the workers' port."""
+    process, port = web_started(1, WEB_EDGE="off", WEB_TLS_PORT="off", WEB_DAPHNE_ARGS="--proxy-headers")
+    try:
+        yield port
+    finally:
+        stop_web(process)
 
 
 def route_of_one_stream_per_client(topic: str) -> str:
@@ -55,10 +69,12 @@ def open_stream(
     return response
 
 
+@pytest.mark.parametrize("through", ["edge", "proxied"])
 def test_an_untrusted_peer_is_counted_by_its_own_address_whatever_it_forwards(
-    web: Web, new_topic: Callable[..., str]
+    request: pytest.FixtureRequest, new_topic: Callable[..., str], through: str
 ) -> None:
-    url = f"http://127.0.0.1:{web.port}" + route_of_one_stream_per_client(new_topic())
+    port = request.getfixturevalue("web").port if through == "edge" else request.getfixturevalue("proxied")
+    url = f"http://127.0.0.1:{port}" + route_of_one_stream_per_client(new_topic())
     with ExitStack() as streams:
         first = open_stream(streams, url, "198.51.100.1", local_address=UNTRUSTED_PEER)
         assert first.status_code == 200
@@ -68,8 +84,21 @@ def test_an_untrusted_peer_is_counted_by_its_own_address_whatever_it_forwards(
         assert second.json()["title"] == "Too many streams"
 
 
-def test_from_the_trusted_proxy_the_client_is_the_entry_it_appended(web: Web, new_topic: Callable[..., str]) -> None:
+def test_through_the_edge_a_client_is_its_own_address_whatever_it_forwards(
+    web: Web, new_topic: Callable[..., str]
+) -> None:
     url = f"http://127.0.0.1:{web.port}" + route_of_one_stream_per_client(new_topic())
+    with ExitStack() as streams:
+        assert open_stream(streams, url, "198.51.100.1").status_code == 200
+        # what would be another client behind a proxy is the same client here: the edge took no header's word
+        assert open_stream(streams, url, "198.51.100.2").status_code == 429
+        assert open_stream(streams, url, "198.51.100.3", local_address=UNTRUSTED_PEER).status_code == 200
+
+
+def test_from_the_trusted_proxy_the_client_is_the_entry_it_appended(
+    proxied: int, new_topic: Callable[..., str]
+) -> None:
+    url = f"http://127.0.0.1:{proxied}" + route_of_one_stream_per_client(new_topic())
     with ExitStack() as streams:
         assert open_stream(streams, url, "198.51.100.1").status_code == 200
         # another client behind the proxy: a stream of its own
@@ -89,9 +118,9 @@ def test_from_the_trusted_proxy_the_client_is_the_entry_it_appended(web: Web, ne
     ids=["ipv4-port", "ipv6-prefix-port", "ipv4-mapped"],
 )
 def test_from_the_trusted_proxy_a_client_written_anew_is_one_client(
-    web: Web, new_topic: Callable[..., str], first: str, again: str
+    proxied: int, new_topic: Callable[..., str], first: str, again: str
 ) -> None:
-    url = f"http://127.0.0.1:{web.port}" + route_of_one_stream_per_client(new_topic())
+    url = f"http://127.0.0.1:{proxied}" + route_of_one_stream_per_client(new_topic())
     with ExitStack() as streams:
         assert open_stream(streams, url, first).status_code == 200
         second = open_stream(streams, url, again)
@@ -108,11 +137,15 @@ def test_on_the_tls_port_forwarded_headers_are_not_read(web: Web, new_topic: Cal
         assert open_stream(streams, url, "198.51.100.2", http2=http2).status_code == 429
 
 
+@pytest.mark.parametrize("through", ["edge", "proxied"])
 @pytest.mark.parametrize("peer", [UNTRUSTED_PEER, "127.0.0.1"])
-def test_a_clients_root_path_header_does_not_reach_the_admins_redirect(web: Web, peer: str) -> None:
+def test_a_clients_root_path_header_does_not_reach_the_admins_redirect(
+    request: pytest.FixtureRequest, peer: str, through: str
+) -> None:
+    port = request.getfixturevalue("web").port if through == "edge" else request.getfixturevalue("proxied")
     transport = httpx.HTTPTransport(local_address=peer)
     with httpx.Client(transport=transport, timeout=10) as client:
-        response = client.get(f"http://127.0.0.1:{web.port}/admin/", headers={"daphne-root-path": "/elsewhere"})
+        response = client.get(f"http://127.0.0.1:{port}/admin/", headers={"daphne-root-path": "/elsewhere"})
     assert response.status_code == 302
     assert response.headers["location"].startswith("/admin/login/"), response.headers["location"]
 
@@ -135,10 +168,10 @@ def test_the_sign_in_lockout_counts_an_untrusted_peer_by_its_own_address(web: We
     assert attempt.ip_address == UNTRUSTED_PEER
 
 
-def test_the_sign_in_lockout_counts_a_clients_ipv6_prefix_from_the_trusted_proxy(web: Web) -> None:
+def test_the_sign_in_lockout_counts_a_clients_ipv6_prefix_from_the_trusted_proxy(proxied: int) -> None:
     username = unique("operator")
     User.objects.create_superuser(username, "op@example.com", "a-long-operator-password")
-    login = f"http://127.0.0.1:{web.port}/admin/login/"
+    login = f"http://127.0.0.1:{proxied}/admin/login/"
     statuses = []
     with httpx.Client(timeout=10) as client:
         for attempt in range(settings.AXES_FAILURE_LIMIT):

@@ -89,8 +89,9 @@ def has(stream: RawStream, text: str) -> bool:
 
 
 @pytest.fixture
-def streams(web: tuple[subprocess.Popen[bytes], int], guarded: tuple[str, str, str]) -> Iterator[Streams]:
-    opened = Streams(web[1], guarded[1])
+def streams(web_without_edge: tuple[subprocess.Popen[bytes], int], guarded: tuple[str, str, str]) -> Iterator[Streams]:
+    # Which worker serves a stream is read from its socket: no edge between them.
+    opened = Streams(web_without_edge[1], guarded[1])
     yield opened
     opened.close()
 
@@ -110,13 +111,13 @@ def assert_refused_as_revoked(port: int, path: str, bearer: str) -> None:
 
 
 def test_revoking_an_identity_ends_its_streams_on_both_workers_and_refuses_it(
-    web: tuple[subprocess.Popen[bytes], int],
+    web_without_edge: tuple[subprocess.Popen[bytes], int],
     guarded: tuple[str, str, str],
     streams: Streams,
     produce: Callable[..., tuple[int, int]],
 ) -> None:
     guard, path, topic = guarded
-    port = web[1]
+    port = web_without_edge[1]
     alice = streams.on_both_workers(lambda: token("alice"), lambda value: produce(topic, value))
     bob = streams.on_both_workers(lambda: token("bob"), lambda value: produce(topic, value))
     revocation = do_revoke(guard=guard, identity="alice", until=timezone.now() + timedelta(hours=1), reason="fired")
@@ -137,13 +138,13 @@ def test_revoking_an_identity_ends_its_streams_on_both_workers_and_refuses_it(
 
 
 def test_revoking_a_token_id_ends_only_its_streams_until_it_lapses(
-    web: tuple[subprocess.Popen[bytes], int],
+    web_without_edge: tuple[subprocess.Popen[bytes], int],
     guarded: tuple[str, str, str],
     streams: Streams,
     produce: Callable[..., tuple[int, int]],
 ) -> None:
     guard, path, topic = guarded
-    port = web[1]
+    port = web_without_edge[1]
     leaked, kept = token("carol", jti="leaked"), token("carol", jti="kept")
     leaked_streams = streams.on_both_workers(lambda: leaked, lambda value: produce(topic, value))
     kept_streams = streams.on_both_workers(lambda: kept, lambda value: produce(topic, value))

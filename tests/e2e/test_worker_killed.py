@@ -15,7 +15,7 @@ import pytest
 from bindings.services import do_put_route
 from tests.conftest import unique, wait_until
 from tests.support.rawsse import RawStream
-from tests.support.servers import HOST, children, healthy
+from tests.support.servers import HOST, healthy, workers_of
 from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -42,11 +42,11 @@ def read_until(stream: RawStream, count: int) -> None:
 
 
 def test_clients_of_a_killed_worker_resume_elsewhere_with_nothing_lost(
-    web: tuple[subprocess.Popen[bytes], int],
+    web_without_edge: tuple[subprocess.Popen[bytes], int],
     new_topic: Callable[..., str],
     produce: Callable[..., tuple[int, int]],
 ) -> None:
-    supervisor, port = web
+    supervisor, port = web_without_edge
     topic = new_topic(partitions=2)
     name = unique("kill")
     do_put_route(name=name, path=f"/{name}", topic=topic)
@@ -59,9 +59,11 @@ def test_clients_of_a_killed_worker_resume_elsewhere_with_nothing_lost(
             read_until(stream, 6)
         pids = {stream: serving_pid(port, stream) for stream in streams}
         victim = pids[streams[0]]
-        assert victim in children(supervisor.pid)
+        assert victim in workers_of(supervisor.pid)
         os.kill(victim, signal.SIGKILL)
-        wait_until(lambda: len(children(supervisor.pid)) == 2 and victim not in children(supervisor.pid), timeout=30)
+        wait_until(
+            lambda: len(workers_of(supervisor.pid)) == 2 and victim not in workers_of(supervisor.pid), timeout=30
+        )
         wait_until(lambda: healthy(port), timeout=30)
         for n in range(6):
             produce(topic, f"after-{n}".encode(), partition=n % 2)

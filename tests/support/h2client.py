@@ -116,7 +116,9 @@ class H2Client:
                 self._received(event.stream_id, event.data)
                 size = event.flow_controlled_length
                 self.received[event.stream_id] = self.received.get(event.stream_id, 0) + size
-                if event.stream_id in self.stalled:
+                if not size:
+                    pass  # an empty DATA frame (a body's end) takes no window
+                elif event.stream_id in self.stalled:
                     self.conn.increment_flow_control_window(size)  # the connection's window only
                 else:
                     with contextlib.suppress(h2.exceptions.StreamClosedError):

@@ -161,6 +161,23 @@ def children(pid: int) -> set[int]:
     return found
 
 
+def workers_of(pid: int) -> set[int]:
+    """The web workers among the children of platform/web.py `pid`: all of them but the edge (HAProxy)."""
+    return {child for child in children(pid) if not _is_edge(child)}
+
+
+def edge(pid: int) -> int | None:
+    """The edge (HAProxy) platform/web.py `pid` runs, if one runs."""
+    return next((child for child in children(pid) if _is_edge(child)), None)
+
+
+def _is_edge(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "haproxy"
+    except OSError:
+        return False
+
+
 def web_environment(port: int, processes: int = 2, **env: str) -> dict[str, str]:
     """The environment platform/web.py runs with in tests: the test services, `port`, `processes` workers, `env`."""
     return {
@@ -190,10 +207,13 @@ def web_started(processes: int = 2, **env: str) -> tuple[subprocess.Popen[bytes]
     """platform/web.py on a free port with `processes` workers (or `WEB_PROCESSES`), once they all run and answer."""
     port = free_port()
     process = start_web(port, processes, **env)
-    workers = int(env.get("WEB_PROCESSES", processes))
+    count = int(env.get("WEB_PROCESSES", processes))
 
     def running() -> bool:
-        return len(children(process.pid)) == workers and healthy(port)
+        with_edge = env.get("WEB_EDGE", "haproxy") != "off"
+        return (
+            len(workers_of(process.pid)) == count and (edge(process.pid) is not None or not with_edge) and healthy(port)
+        )
 
     try:
         _wait_for("platform/web.py's workers", running, timeout=60)

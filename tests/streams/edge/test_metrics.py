@@ -18,7 +18,7 @@ from bindings.services import do_put_route
 from streams.edge.metrics import Metrics
 from streams.kafka.client import Record
 from tests.conftest import unique, wait_until
-from tests.support.servers import HOST, children, healthy, start_daphne
+from tests.support.servers import HOST, healthy, start_daphne, workers_of
 from tests.support.sse_client import EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -87,9 +87,9 @@ def test_metrics_count_what_clients_received_across_workers_and_a_worker_death(
     wait_until(lambda: value(scrape(url), "sse_refusals_total", route="", status="404", reason="no_route") == 1)
 
     # A worker dies: its replacement starts from nothing, its counters stay in the sums.
-    victim = min(children(supervisor.pid))
+    victim = min(workers_of(supervisor.pid))
     os.kill(victim, signal.SIGKILL)
-    wait_until(lambda: victim not in children(supervisor.pid) and len(children(supervisor.pid)) == 2, timeout=30)
+    wait_until(lambda: victim not in workers_of(supervisor.pid) and len(workers_of(supervisor.pid)) == 2, timeout=30)
     wait_until(lambda: healthy(port), timeout=30)
     samples = scrape(url)
     assert value(samples, "sse_events_delivered_total", route=route) == received

@@ -138,8 +138,8 @@ async def test_a_pump_that_returns_by_itself_closed_a_slow_client() -> None:
 
 @pytest.mark.asyncio
 async def test_a_client_reset_by_the_pump_itself_is_a_slow_client_and_leaves_no_cancellation_behind() -> None:
-    """Over HTTP/2 the slow-client policy resets the stream from within the pump's step (`StreamFlow.abort`),
-    which tells the flow its client is gone there and then; the pump returns before it waits again."""
+    """The flow may hear its client gone from within the pump's own step (as it did when the slow-client policy
+    reset an HTTP/2 stream in the worker); the pump returns before it waits again."""
     client, flow = Client(), new_flow()
     stop: asyncio.Future[End] = asyncio.get_running_loop().create_future()
     assert await racing(Pump(then=flow.client_lost), stop, client, flow) is End.SLOW_CLIENT

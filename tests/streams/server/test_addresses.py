@@ -1,6 +1,6 @@
-"""`client_key` (streams/server/addresses.py): one key per client however its address is written, and the limits
-that count by it: connections per address (streams/server/peers.py) and streams per address
-(streams/edge/limits.py). The live server's side is tests/e2e/test_forwarded_headers.py."""
+"""`client_key` (streams/server/addresses.py): one key per client however its address is written, and the limit
+that counts by it in the workers: streams per address (streams/edge/limits.py). Connections per address are the
+edge's (tests/e2e/test_client_bounds.py); the live server's side is tests/e2e/test_forwarded_headers.py."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ from typing import Any
 
 import pytest
 from django.test import override_settings
-from twisted.internet.address import IPv4Address, IPv6Address
 
 from bindings.selectors import EndpointSpec
 from streams.edge.limits import LimitReached, StreamLimits
 from streams.server.addresses import client_key, host_of, lockout_address
-from streams.server.peers import CountedFactory, PeerConnections
 
 
 @pytest.mark.parametrize(
@@ -62,39 +60,6 @@ def test_the_sign_in_lockout_counts_an_address_as_the_limits_do() -> None:
 
     assert lockout_address(Request(REMOTE_ADDR="2001:db8:1:2::77")) == "2001:db8:1:2::"
     assert lockout_address(Request()) is None
-
-
-class Built:
-    """A protocol the wrapped factory builds, with the `connectionLost` the counting wraps."""
-
-    def connectionLost(self, reason: object) -> None:
-        pass
-
-
-class Factory:
-    def buildProtocol(self, addr: object) -> Built:
-        return Built()
-
-
-def test_connections_from_one_ipv6_prefix_share_one_count() -> None:
-    peers = PeerConnections(2)
-    factory = CountedFactory(Factory(), peers)
-    first = factory.buildProtocol(IPv6Address("TCP", "2001:db8:1:2::1", 50000))
-    second = factory.buildProtocol(IPv6Address("TCP", "2001:db8:1:2::2", 50001))
-    third = factory.buildProtocol(IPv6Address("TCP", "2001:db8:1:2::3", 50002))
-    elsewhere = factory.buildProtocol(IPv6Address("TCP", "2001:db8:1:3::1", 50003))
-
-    assert (first is not None, second is not None, third, elsewhere is not None) == (True, True, None, True)
-    first.connectionLost(None)
-    assert factory.buildProtocol(IPv6Address("TCP", "2001:db8:1:2::4", 50004)) is not None  # room given back
-    assert dict(peers.open) == {"2001:db8:1:2::": 2, "2001:db8:1:3::": 1}
-
-
-def test_an_ipv4_mapped_peer_counts_as_its_ipv4_address() -> None:
-    peers = PeerConnections(1)
-    factory = CountedFactory(Factory(), peers)
-    assert factory.buildProtocol(IPv4Address("TCP", "192.0.2.7", 50000)) is not None
-    assert factory.buildProtocol(IPv6Address("TCP", "::ffff:192.0.2.7", 50001)) is None
 
 
 @override_settings(SSE_MAX_STREAMS=0, SSE_MAX_STREAMS_PER_CLIENT=2)

@@ -1,6 +1,6 @@
 """The collector's tuning (streams/server/collector.py): what a full pass keeps is frozen at once, so the next
 full pass does not scan it again; a cycle that becomes garbage among frozen objects is reclaimed by the
-periodic review; young passes freeze nothing, but during a burst of connections, for a bounded time between
+periodic review; young passes freeze nothing, but during a burst of requests, for a bounded time between
 two reviews.
 
 Each check runs in a process of its own: freezing and unfreezing the test process's heap would move its garbage
@@ -27,8 +27,8 @@ collector.tune()
 found = {}
 
 def burst():
-    for _ in range(collector.BURST_CONNECTIONS):
-        collector.connection_accepted()
+    for _ in range(collector.BURST_REQUESTS):
+        collector.request_started()
 
 def frozen_by_a_young_pass(kept):  # how many objects a young pass froze, with 1 000 more in `kept` before it
     before = gc.get_freeze_count()
@@ -117,12 +117,12 @@ def test_the_frozen_count_is_counted_at_start_and_at_each_review_only() -> None:
 def test_during_a_burst_of_connections_young_passes_freeze_what_they_keep() -> None:
     found = run("""
         gc.collect()
-        for _ in range(collector.BURST_CONNECTIONS - 1):
-            collector.connection_accepted()
+        for _ in range(collector.BURST_REQUESTS - 1):
+            collector.request_started()
         found["before"] = collector.bursting()
         kept = []
         found["not_yet"] = frozen_by_a_young_pass(kept)
-        collector.connection_accepted()
+        collector.request_started()
         found["burst"] = collector.bursting()
         found["grown"] = frozen_by_a_young_pass(kept)
     """)
@@ -143,8 +143,8 @@ def test_a_burst_ends_a_window_after_its_last_connection_and_slow_connections_ma
         gc.collect()
         found["grown"] = frozen_by_a_young_pass([])
         for _ in range(3):  # a window's worth of connections spread over more than a window
-            for _ in range(collector.BURST_CONNECTIONS // 2):
-                collector.connection_accepted()
+            for _ in range(collector.BURST_REQUESTS // 2):
+                collector.request_started()
             time.sleep(0.31)
         found["spread"] = collector.bursting()
     """)
@@ -173,15 +173,15 @@ def test_bursts_freeze_for_a_bounded_time_between_two_reviews() -> None:
     assert found["reviewed"] >= 1000
 
 
-def test_each_http_connection_the_server_builds_counts_towards_a_burst() -> None:
+def test_each_request_the_server_begins_counts_towards_a_burst() -> None:
     found = run("""
         import django
         django.setup()
-        from twisted.internet.address import IPv4Address
-        from streams.server.deadlines import BoundedHTTPFactory
-        factory = BoundedHTTPFactory(None)
-        for port in range(collector.BURST_CONNECTIONS):
-            factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000 + port))
+        from streams.server.daphne import FlowControlServer
+        server = FlowControlServer.__new__(FlowControlServer)  # nothing but its record of requests: no listening
+        server.connections = {}
+        for request in range(collector.BURST_REQUESTS):
+            server.protocol_connected(request)
         found["burst"] = collector.bursting()
     """)
     assert found["burst"] is True

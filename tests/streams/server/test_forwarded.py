@@ -98,3 +98,43 @@ def test_trust_is_remembered_per_address_and_forgotten_past_a_bound(monkeypatch:
     assert asked == [False] * 20 + [True, False]
     assert again == list(reversed(asked))
     assert len(origin._trusted) <= 8
+
+
+EDGE_TOKEN = "a-token-the-edge-and-the-workers-share"
+
+
+def edge_origin(token: str = EDGE_TOKEN) -> ClientOrigin:
+    return ClientOrigin((), root_path="", address_header="X-Forwarded-For", port_header="X-Forwarded-Port",
+                        proto_header="X-Forwarded-Proto", edge_token=token)  # fmt: skip
+
+
+def from_edge(token: bytes) -> dict[str, Any]:
+    return scope((b"x-forwarded-for", b"198.51.100.1"), (b"x-forwarded-port", b"8443"),
+                 (b"x-forwarded-proto", b"https"), (b"x-sse-edge", token))  # fmt: skip
+
+
+def test_a_request_with_the_edges_token_is_believed_whoever_its_peer_and_the_token_goes() -> None:
+    """The edge hands requests on over a loopback port any local process may reach: its token, not its address,
+    says a request is its; no `TRUSTED_PROXIES` need name it."""
+    given = from_edge(EDGE_TOKEN.encode())
+    edge_origin().rewrite(given, ("127.0.0.1", 40000), secure=False)
+    assert (given["client"], given["scheme"], given["root_path"]) == (["198.51.100.1", 8443], "https", "")
+    assert b"x-sse-edge" not in dict(given["headers"])  # the application never sees it
+
+
+@pytest.mark.parametrize(
+    ("configured", "said"),
+    [(EDGE_TOKEN, b"a-guess"), (EDGE_TOKEN, b""), ("", b"")],
+    ids=["wrong-token", "empty-token", "no-edge"],
+)
+def test_a_request_without_the_edges_token_is_not_believed(configured: str, said: bytes) -> None:
+    given = from_edge(said)
+    edge_origin(configured).rewrite(given, ("127.0.0.1", 40000), secure=False)
+    assert (given["client"], given["scheme"], given["headers"]) == (["127.0.0.1", 40000], "http", [])
+
+
+def test_a_token_said_twice_is_not_believed() -> None:
+    given = from_edge(EDGE_TOKEN.encode())
+    given["headers"].append((b"x-sse-edge", EDGE_TOKEN.encode()))
+    edge_origin().rewrite(given, ("127.0.0.1", 40000), secure=False)
+    assert given["client"] == ["127.0.0.1", 40000]

@@ -1,0 +1,152 @@
+"""`Flow` and `FlowControlServer` (streams/server/daphne.py) on real Twisted objects: a flow hears Twisted's pause
+and resume through the public producer API only, and writes nothing once its client is gone or its response ended.
+
+No reactor runs: a TCP connection over a socket pair, with just enough of a reactor to register it.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from twisted.internet import tcp
+from twisted.internet.address import IPv4Address
+from twisted.web import http
+
+from streams.server.daphne import Flow
+
+
+class _Reactor:
+    """Just enough of a reactor for a connection (nothing runs): what it registers for writing is recorded."""
+
+    def __init__(self) -> None:
+        self.writers: list[object] = []
+
+    def addReader(self, reader: object) -> None: ...
+
+    def removeReader(self, reader: object) -> None: ...
+
+    def addWriter(self, writer: object) -> None:
+        self.writers.append(writer)
+
+    def removeWriter(self, writer: object) -> None:
+        if writer in self.writers:
+            self.writers.remove(writer)
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[tcp.Connection, http.Request, socket.socket]]:
+    """A started chunked response on Twisted's HTTP channel over a socket pair, and the client's end."""
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    ours.setblocking(False)
+    make_connection: Any = tcp.Connection  # no protocol and no running reactor: typed for neither
+    transport = make_connection(ours, None, reactor=_Reactor())
+    transport.getPeer = lambda: IPv4Address("TCP", "127.0.0.1", 40000)
+    transport.getHost = lambda: IPv4Address("TCP", "127.0.0.1", 8000)
+    channel: Any = http.HTTPChannel()  # type: ignore[no-untyped-call]
+    channel.timeOut = None
+    channel.makeConnection(transport)  # registers the channel as the transport's producer
+    transport.connected = 1
+    request: Any = http.Request(channel)
+    channel.requests.append(request)
+    request.clientproto, request.method = b"HTTP/1.1", b"GET"
+    request.write(b"")  # the status line and headers: the response is chunked from here
+    yield transport, request, theirs
+    ours.close()
+    theirs.close()
+
+
+def drain_until_resumed(flow: Flow, transport: tcp.Connection, client: socket.socket) -> None:
+    """The client reads everything while Twisted sends what it buffered, as the reactor would, until `flow` resumes."""
+    client.setblocking(False)
+    for _ in range(10_000):
+        try:
+            while client.recv(1 << 20):
+                pass
+        except BlockingIOError:
+            pass
+        transport.doWrite()  # type: ignore[no-untyped-call]
+        if not flow.paused:
+            return
+    pytest.fail("the flow was never resumed")
+
+
+def test_a_flow_is_paused_while_twisteds_buffer_is_full_and_resumed_once_it_drained(
+    pair: tuple[tcp.Connection, http.Request, socket.socket],
+) -> None:
+    transport, request, client = pair
+    flow = Flow(request)
+    request.registerProducer(flow, True)  # type: ignore[no-untyped-call]
+    flow.write(b"x" * 200_000)  # more than the socket takes and than Twisted buffers before it pauses its producer
+    assert flow.paused
+    drain_until_resumed(flow, transport, client)
+
+
+def test_a_flow_writes_nothing_once_its_client_is_gone_or_its_response_ended(
+    pair: tuple[tcp.Connection, http.Request, socket.socket],
+) -> None:
+    _transport, request, _client = pair
+    lost, stopped = Flow(request), Flow(request)
+    lost.write(b"12345")
+    assert request.sentLength == 5
+    lost.client_lost()
+    lost.write(b"after")
+    stopped.stopProducing()
+    stopped.write(b"after")
+    assert request.sentLength == 5
+    request.finish()  # type: ignore[no-untyped-call]
+    Flow(request).write(b"after the end")  # Twisted would raise for a write after `finish`
+    assert request.sentLength == 5
+
+
+def flush_head(transport: tcp.Connection, client: socket.socket) -> bytes:
+    """Twisted sends the status line and headers it buffered, as the reactor would; the client reads them."""
+    transport.doWrite()  # type: ignore[no-untyped-call]
+    client.settimeout(2)
+    return client.recv(65536)
+
+
+def test_a_write_goes_straight_to_the_socket_while_twisted_holds_nothing(
+    pair: tuple[tcp.Connection, http.Request, socket.socket],
+) -> None:
+    """Twisted's own path registers the socket for writing and sends on the next turn of the loop: two
+    `epoll_ctl` calls per write, 2.5 times a fan-out's CPU. A Twisted release that changed its write buffer would
+    fail this (docs/decisions/0013, item 3)."""
+    transport, request, client = pair
+    reactor: Any = transport.reactor
+    assert flush_head(transport, client).startswith(b"HTTP/1.1 200 OK")
+    assert reactor.writers == []  # nothing buffered: Twisted unregistered the socket
+    flow = Flow(request)
+    flow.write(b"hello")
+    flow.write(b"again")
+    assert client.recv(100) == b"5\r\nhello\r\n5\r\nagain\r\n"  # sent at once, no turn of the loop
+    assert reactor.writers == []
+    flow.client_lost()
+    assert request.sentLength == len("hello") + len("again")  # counted for daphne's access line
+
+
+def test_after_a_write_the_socket_took_in_part_the_next_waits_behind_twisteds_buffer(
+    pair: tuple[tcp.Connection, http.Request, socket.socket],
+) -> None:
+    transport, request, client = pair
+    head = flush_head(transport, client)
+    flow = Flow(request)
+    big = b"x" * 1_000_000  # more than the kernel takes: the rest is Twisted's
+    flow.write(big)
+    flow.write(b"last")  # the socket may have room by now, but the rest of `big` goes first
+    received = b""
+    client.setblocking(False)
+    for _ in range(100_000):
+        try:
+            while chunk := client.recv(1 << 20):
+                received += chunk
+        except BlockingIOError:
+            pass
+        transport.doWrite()  # type: ignore[no-untyped-call]
+        if received.endswith(b"4\r\nlast\r\n"):
+            break
+    assert head
+    assert received == b"%x\r\n%s\r\n4\r\nlast\r\n" % (len(big), big)
