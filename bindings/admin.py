@@ -153,7 +153,7 @@ class RouteConditionInline(admin.TabularInline[RouteCondition, Route]):
 class RouteFilterInline(admin.StackedInline[RouteFilter, Route]):
     model = RouteFilter
     formset = RouteFilterFormSet
-    fields = ("key", "headers", "value_path", "value_equals", "position")
+    fields = ("key", "headers", "value_path", "value_equals", "expression", "position")
     extra = 0
     verbose_name = "filter"
     verbose_name_plural = "filters (a message is sent when any matches; none = the whole topic)"

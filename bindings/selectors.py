@@ -88,11 +88,13 @@ class ValueFilterSpec:
 
 @dataclass(frozen=True)
 class FilterSpec:
-    """One filter: the key, every header and the value condition must all match. Templates unresolved."""
+    """One filter: the key, every header, the value condition and the expression must all match. Templates
+    unresolved; the expression (CEL, bindings/expressions.py) reads the request's params and grants as variables."""
 
     key: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
     value: ValueFilterSpec | None = None
+    expression: str = ""
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,12 @@ def filter_spec(route_filter: RouteFilter) -> FilterSpec:
     value = None
     if route_filter.value_path:
         value = ValueFilterSpec(path=route_filter.value_path, equals=route_filter.value_equals)
-    return FilterSpec(key=route_filter.key, headers=tuple(route_filter.header_items()), value=value)
+    return FilterSpec(
+        key=route_filter.key,
+        headers=tuple(route_filter.header_items()),
+        value=value,
+        expression=route_filter.expression,
+    )
 
 
 def route_specs() -> tuple[RouteSpec, ...]:

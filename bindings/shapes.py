@@ -127,7 +127,7 @@ class FilterValueShape(Shape):
 
 
 class FilterShape(Shape):
-    """A route filter: a message passes if its key, every header and the value condition all match."""
+    """A route filter: a message passes if its key, every header, the value condition and the expression all match."""
 
     default_error_messages: ClassVar[dict[str, StrOrPromise]] = {
         "invalid": "A filter is an object with a key, headers and/or a value."
@@ -144,6 +144,16 @@ class FilterShape(Shape):
         help_text='Header name -> value (strings), e.g. {"tag": "x"}; checked by the filter model.',
     )
     value = FilterValueShape(allow_null=True, required=False, help_text="A condition on the JSON value.")
+    expression = Text(
+        allow_blank=True,
+        required=False,
+        error_messages={"invalid": "An expression is a string of CEL."},
+        help_text=(
+            "A CEL expression that must be true for the message to pass, e.g. value.order.total > 100.0 && "
+            "value.region == params.region. It reads value and key (decoded JSON), headers, params and guarded "
+            "(each guard's identity and attributes); a syntax or type error is refused when the route is saved."
+        ),
+    )
 
     class Meta:
         ref_name = "FilterSpec"  # its name in the OpenAPI schema

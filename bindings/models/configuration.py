@@ -16,6 +16,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import models
 
+from bindings.expressions import ExpressionError, compile_expression
 from bindings.models.endpoints import Endpoint, default_endpoint
 from bindings.models.guards import Guard
 from bindings.patterns import (
@@ -39,6 +40,7 @@ START_HISTORICAL = "historical"
 START_LIVE = "live"
 SLOW_CLIENT_CLOSE = "close"
 SLOW_CLIENT_CONFLATE = "conflate"
+SHOWN = 60  # characters of a filter's expression its name shows
 
 
 class Route(models.Model):
@@ -126,7 +128,7 @@ class RouteCondition(models.Model):
 
 
 class RouteFilter(models.Model):
-    """A `with.filters` entry: the key, every header and the value condition must all match."""
+    """A `with.filters` entry: the key, every header, the value condition and the expression must all match."""
 
     route = models.ForeignKey(Route, on_delete=models.CASCADE, related_name="filters")
     position = models.PositiveIntegerField(default=0)
@@ -145,6 +147,14 @@ class RouteFilter(models.Model):
     value_equals = models.CharField(
         max_length=1000, blank=True, help_text="The string the value at `value path` must equal; templated."
     )
+    expression = models.TextField(
+        blank=True,
+        default="",
+        help_text=(
+            "A CEL expression that must be true, e.g. value.order.total > 100.0 && value.region == params.region; "
+            "it reads value, key, headers, params and guarded (docs/contract.md §7)."
+        ),
+    )
 
     class Meta:
         ordering: ClassVar[list[str]] = ["position", "id"]
@@ -157,6 +167,8 @@ class RouteFilter(models.Model):
             parts.extend(f"{name}={value}" for name, value in sorted(self.headers.items()))
         if self.value_path:
             parts.append(f"{self.value_path}={self.value_equals}")
+        if self.expression:
+            parts.append(self.expression if len(self.expression) <= SHOWN else self.expression[: SHOWN - 1] + "…")
         return ", ".join(parts) or "(empty filter)"
 
     def header_items(self) -> list[tuple[str, str]]:
@@ -211,8 +223,19 @@ class RouteFilter(models.Model):
                 check_expressions(self.value_equals)
             except PatternError as exc:
                 add("value_equals", str(exc))
-        if self.key is None and not self.headers and not self.value_path and not self.value_equals:
-            add(NON_FIELD_ERRORS, "A filter needs a key, a header or a value condition.")
+        if self.expression:
+            try:
+                compile_expression(self.expression)
+            except ExpressionError as exc:
+                add("expression", str(exc))
+        if (
+            self.key is None
+            and not self.headers
+            and not self.value_path
+            and not self.value_equals
+            and not self.expression
+        ):
+            add(NON_FIELD_ERRORS, "A filter needs a key, a header, a value condition or an expression.")
         if errors:
             raise ValidationError(errors)
 

@@ -3,7 +3,8 @@
 They validate as the admin does and raise Django's `ValidationError` with a `message_dict` whose keys name the
 bad field: a route's own fields (`topic`, `endpoint`, ...), `paths` / `paths[i]` for its conditions, and
 `filters[i]`, `filters[i].key`, `filters[i].headers`, `filters[i].value`, `filters[i].value.path`,
-`filters[i].value.equals` for its filters (indexes from 0), `guarded` / `guarded.<guard>` for its guards.
+`filters[i].value.equals`, `filters[i].expression` for its filters (indexes from 0), `guarded` /
+`guarded.<guard>` for its guards.
 """
 
 from __future__ import annotations
@@ -43,7 +44,13 @@ from bindings.services.checks import check_shape as _check_shape
 from bindings.services.checks import collect as _collect
 from bindings.shapes import EndpointShape, FilterShape, GuardShape, RevocationShape, RouteShape, problems
 
-_FILTER_FIELDS = {"key": "key", "headers": "headers", "value_path": "value.path", "value_equals": "value.equals"}
+_FILTER_FIELDS = {
+    "key": "key",
+    "headers": "headers",
+    "value_path": "value.path",
+    "value_equals": "value.equals",
+    "expression": "expression",
+}
 
 
 def _endpoint(name: str, errors: Errors) -> Endpoint | None:
@@ -74,6 +81,7 @@ def _build_filter(index: int, spec: object, route: Route, errors: Errors) -> Rou
         headers={} if headers is None else headers,
         value_path=value.get("path", ""),
         value_equals=value.get("equals", ""),
+        expression=shape.validated_data.get("expression", ""),
     )
     try:
         route_filter.full_clean(exclude=["route"])

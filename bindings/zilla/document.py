@@ -22,11 +22,12 @@ catalog types, vaults, telemetry) is listed as ignored in the result, never drop
 
 Our extensions (docs/contract.md §7) ride in the same places, so an export imports back to the same
 configuration: route
-`name` and `position`, `with.start`, `with.caught_up`, `with.slow_client`, a filter's `value: {path, equals}`,
-the sse binding's `options.keepalive` (seconds), `options.cors: {origins, credentials}` and `options.endpoint`
-(the endpoint's name when the binding's name cannot be it), and a jwt guard's `options.cookie`. What Zilla
-cannot say (keep-alive, CORS, the guard's cookie, a route's start, caught-up and slow-client policy) keeps its
-current value when the file leaves it out, so importing a plain Zilla file never resets what was set here.
+`name` and `position`, `with.start`, `with.caught_up`, `with.slow_client`, a filter's `value: {path, equals}`
+and `expression`, the sse binding's `options.keepalive` (seconds), `options.cors: {origins, credentials}` and
+`options.endpoint` (the endpoint's name when the binding's name cannot be it), and a jwt guard's
+`options.cookie`. What Zilla cannot say (keep-alive, CORS, the guard's cookie, a route's start, caught-up and
+slow-client policy) keeps its current value when the file leaves it out, so importing a plain Zilla file never
+resets what was set here.
 
 Every write goes through `bindings.services` in one transaction: all of it or nothing. Errors are keyed by
 where they are in the file (`bindings.<binding>.routes[<i>].with.topic`, `guards.<guard>.options.keys`).

@@ -149,8 +149,8 @@ def test_a_dry_run_writes_nothing_and_reports_the_diff() -> None:
         "north-sse-server": {"retry_ms": (3000, 5000)},
         "north-sse-kafka-mapping-1": {
             "filters": (
-                [{"key": "${params.key}", "headers": {"tag": "blue"}, "value": None}],
-                [{"key": "${params.key}", "headers": {"tag": "red"}, "value": None}],
+                [{"key": "${params.key}", "headers": {"tag": "blue"}, "value": None, "expression": ""}],
+                [{"key": "${params.key}", "headers": {"tag": "red"}, "value": None, "expression": ""}],
             )
         },
     }
