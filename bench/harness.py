@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
@@ -304,6 +304,8 @@ class Options:
     broker_pid: int | None
     registry: str | None = None  # a schema registry's Confluent API, for scenarios with Avro values
     baseline: bool = False  # the server is bench/baseline_server.py's live mode, not the platform
+    route: dict[str, Any] = field(default_factory=dict)  # more of the route (do_put_route's arguments): --shaped
+    query: str = ""  # what each stream's URL ends with (`?delta=merge-patch`): --shaped
 
 
 class Scenario:
@@ -337,7 +339,7 @@ class Scenario:
         create_topic(self.opts.bootstrap, self.topic)
         if self.values == "avro":
             self.put_models()
-        put_route(self.route, self.path, self.topic, self.start)
+        put_route(self.route, self.path, self.topic, self.start, **self.opts.route)
         self.start_server()
 
     def put_models(self) -> None:
@@ -524,10 +526,10 @@ def delete_topic(bootstrap: str, name: str) -> None:
     admin.delete_topics([name], operation_timeout=10)[name].result(timeout=15)
 
 
-def put_route(name: str, path: str, topic: str, start: str) -> None:
+def put_route(name: str, path: str, topic: str, start: str, **more: Any) -> None:
     from bindings.services import do_put_route  # noqa: PLC0415  (needs django.setup() first)
 
-    do_put_route(name=name, path=path, topic=topic, start=start)
+    do_put_route(name=name, path=path, topic=topic, start=start, **more)
 
 
 def delete_models(topic: str) -> None:
