@@ -142,10 +142,15 @@ def render_ratios(rows: list[Row]) -> str:
                 pairs,
             )
         )
-    plain = {r.scenario: r for r in rows if not r.scenario.startswith((BASELINE, SHAPED))}
-    pairs = [
-        (r, plain[name]) for r in rows if (name := r.scenario.removeprefix(SHAPED)) != r.scenario and name in plain
-    ]
+    # Each shaped row with the plain row of the same scenario that ran next to it (the n-th of each).
+    shaped = [r for r in rows if r.scenario.startswith(SHAPED)]
+    plain = [r for r in rows if not r.scenario.startswith((BASELINE, SHAPED))]
+    pairs = []
+    for row in shaped:
+        match = next((p for p in plain if p.scenario == row.scenario.removeprefix(SHAPED)), None)
+        if match is not None:
+            plain.remove(match)
+            pairs.append((row, match))
     if pairs:
         tables.append(
             ratio_table(
