@@ -325,7 +325,7 @@ class RouteAdmin(_Recorded, admin.ModelAdmin[Route]):
         return super().change_view(request, object_id, form_url, context)
 
     ordering = ("position", "id")
-    fields = ("name", "position", "endpoint", "topic", "event_id", "start", "caught_up", "slow_client")
+    fields = ("name", "position", "endpoint", "topic", "event_id", "start", "caught_up", "slow_client", "fields")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Route]:
         return (

@@ -23,6 +23,7 @@ def route_representation(route: Route) -> dict[str, Any]:
         "start": route.start,
         "caught_up": route.caught_up,
         "slow_client": route.slow_client,
+        "fields": list(route.fields),
     }
 
 

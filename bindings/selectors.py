@@ -133,6 +133,7 @@ class RouteSpec:
     slow_client: str = SLOW_CLIENT_CLOSE  # or SLOW_CLIENT_CONFLATE
     endpoint: EndpointSpec = field(default_factory=EndpointSpec)
     guarded: tuple[tuple[GuardSpec, tuple[str, ...]], ...] = ()  # every guard must authorise, with its roles
+    fields: tuple[str, ...] = ()  # JSON Pointers: the parts of each value sent; none: all of it
 
     def delivery(self) -> tuple[object, ...]:
         """What decides which events a stream of this route gets and who may have it: a stream opened under one
@@ -140,7 +141,9 @@ class RouteSpec:
         path no longer matches), endpoint settings such as retry and CORS, and a guard's cookie and challenge
         lead, which apply to new streams."""
         guards = tuple((guard.name, guard.verification(), roles) for guard, roles in self.guarded)
-        return (self.topic, self.filters, self.event_id, self.start, self.caught_up, self.slow_client, guards)
+        return (
+            self.topic, self.filters, self.event_id, self.start, self.caught_up, self.slow_client, guards, self.fields,
+        )  # fmt: skip
 
 
 def endpoint_spec(endpoint: Endpoint) -> EndpointSpec:
@@ -195,6 +198,7 @@ def route_specs() -> tuple[RouteSpec, ...]:
             start=route.start,
             caught_up=route.caught_up,
             slow_client=route.slow_client,
+            fields=tuple(route.fields),
             endpoint=endpoint_spec(route.endpoint),
             guarded=tuple(
                 (guard_spec(route_guard.guard), tuple(route_guard.roles)) for route_guard in route.guards.all()

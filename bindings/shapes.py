@@ -180,6 +180,15 @@ class RouteShape(Shape):
         required=False,
         help_text="Guard name -> the roles a token must all have; every guard must authorise.",
     )
+    # DRF takes declared fields off the class, so this one does not hide `Serializer.fields`; mypy cannot know.
+    fields = serializers.ListField(  # type: ignore[assignment]
+        child=Text(),
+        required=False,
+        help_text=(
+            "JSON Pointers (e.g. /price, /item/name): only those parts of each JSON value are sent, nested shape "
+            "kept; a client may ask for fewer with ?fields=. Empty: the whole value."
+        ),
+    )
 
 
 class EndpointShape(Shape):

@@ -32,6 +32,7 @@ from bindings.patterns import (
     parse_path,
     touching_placeholders,
 )
+from bindings.pointers import MAX_POINTER_LENGTH, check_fields
 
 # The two `with.event.id` values Zilla accepts; they select an encoding, they are not templates.
 EVENT_ID_ETAG = "${etag}"
@@ -81,6 +82,15 @@ class Route(models.Model):
             "state never fall behind, but intermediate values are skipped)."
         ),
     )
+    fields = ArrayField(
+        models.CharField(max_length=MAX_POINTER_LENGTH),
+        default=list,
+        blank=True,
+        help_text=(
+            "JSON Pointers, e.g. /price, /item/name: only those parts of each JSON value are sent (nested shape "
+            "kept); a client may ask for fewer with ?fields=. Empty: the whole value."
+        ),
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -91,6 +101,9 @@ class Route(models.Model):
         return f"{self.name} -> {self.topic}"
 
     def clean(self) -> None:
+        field_problems = check_fields(list(self.fields or []))
+        if field_problems:
+            raise ValidationError({"fields": [message for _, message in field_problems]})
         if not self.topic:  # reported as blank, or left out by a form after its own error
             return
         try:

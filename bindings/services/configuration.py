@@ -106,6 +106,7 @@ def do_put_route(
     endpoint: str = DEFAULT_ENDPOINT,
     position: int = 0,
     guarded: Mapping[str, Sequence[str]] | None = None,
+    fields: Sequence[str] = (),
     actor: Actor = SHELL,
 ) -> Route:
     """Create or replace the route called `name` (idempotent), its conditions, filters and guards.
@@ -128,7 +129,7 @@ def do_put_route(
         filter_specs = ()
 
     scalars = {"name": name, "topic": topic, "event_id": event_id, "start": start, "caught_up": caught_up}
-    scalars |= {"slow_client": slow_client, "endpoint": endpoint, "position": position}
+    scalars |= {"slow_client": slow_client, "endpoint": endpoint, "position": position, "fields": fields}
     _check_shape(RouteShape, scalars, errors)  # paths, filters and guards are checked one by one below
     if errors:
         raise ValidationError(errors)
@@ -137,6 +138,7 @@ def do_put_route(
     route_guards = _build_guards(guarded, route, errors)
     route.topic, route.event_id, route.start = topic, event_id, start
     route.caught_up, route.position, route.slow_client = caught_up, position, slow_client
+    route.fields = list(fields)
     found_endpoint = _endpoint(endpoint, errors)
     if found_endpoint is not None:
         route.endpoint = found_endpoint
@@ -158,8 +160,8 @@ def do_put_route(
         _add(errors, "topic", topic_errors)
     for index, messages in condition_errors.items():
         _add(errors, f"paths[{index}]", messages)
-    for index, fields in filter_errors.items():
-        for field, messages in fields.items():
+    for index, by_field in filter_errors.items():
+        for field, messages in by_field.items():
             _add(errors, f"filters[{index}].{_FILTER_FIELDS[field]}", messages)
     if errors:
         raise ValidationError(errors)

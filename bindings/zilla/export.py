@@ -28,7 +28,7 @@ def export_zilla(name: str = "sse-platform", *, strict: bool = False) -> tuple[s
     """The configuration as a zilla.yaml: catalogs, guards, per endpoint an `sse` server and an `sse-kafka` proxy,
     and the `kafka` binding the routes exit to, whose `options.topics` carry the topic models.
 
-    By default our extensions are written too (route names and positions, start, caught-up, slow-client,
+    By default our extensions are written too (route names and positions, start, caught-up, slow-client, fields,
     value and expression filters, keep-alive, CORS, cookies), so the file imports back to the same configuration;
     the notes list them, since Zilla itself refuses them. `strict` writes Zilla's schema only and notes what it left
     out.
@@ -134,5 +134,7 @@ def _export_route(route: Route, index: int, strict: bool, extension: Callable[[s
     ):
         if value != default and extension(f"route {route.name}: {key}={value}"):
             with_[key] = value
+    if route.fields and extension(f"route {route.name}: fields {', '.join(route.fields)}"):
+        with_["fields"] = list(route.fields)
     exported["with"] = with_
     return exported

@@ -22,7 +22,7 @@ from tests.bindings.test_control_plane import route_form
 
 pytestmark = pytest.mark.django_db
 
-GOOD = 'value.order.total > 100.0 && value.order.region == params.region && has(headers.tag)'
+GOOD = "value.order.total > 100.0 && value.order.region == params.region && has(headers.tag)"
 
 
 def put_errors(expression: object) -> dict[str, list[str]]:
@@ -58,6 +58,7 @@ def test_it_stores_an_expression_and_hands_it_to_the_data_plane() -> None:
     (spec,) = route_specs()
     assert [f.expression for f in spec.filters] == [GOOD, ""]
     after = Change.objects.get(kind="route").after
+    assert after is not None
     assert after["filters"] == [
         {"key": None, "headers": {}, "value": None, "expression": GOOD},
         {"key": "k", "headers": {}, "value": None, "expression": ""},

@@ -29,6 +29,7 @@ ITEMS: dict[str, Any] = {
     "caught_up": False,
     "slow_client": "close",
     "guarded": {},
+    "fields": [],
 }
 
 
