@@ -17,6 +17,7 @@ from streams.codecs.event_id import OFFSET_EARLIEST, encode_pair, encode_parts, 
 from streams.events.start_plan import Reset
 from streams.kafka.client import Record
 from streams.routes.filters import CompiledFilter, matches_any
+from streams.routes.projection import Projection
 
 RESET = b"reset"
 CAUGHT_UP = b"caught-up"
@@ -41,9 +42,11 @@ class SubscriptionOptions:
     key_form: bool = False  # ids as ["<base64 key>","<etag id>"]
     compacted: bool = False  # send only the latest value per key up to `ends`
     caught_up: bool = False  # send `caught-up` once every partition reached `ends`
+    projection: Projection | None = None  # the parts of each JSON value sent (shared, hashed by identity)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.filters, self.key_form, self.compacted, self.caught_up)))
+        shape = (self.filters, self.key_form, self.compacted, self.caught_up, self.projection)
+        object.__setattr__(self, "_hash", hash(shape))
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined,no-any-return]
@@ -215,7 +218,9 @@ class Subscription(Progress):
         self._parts[record.partition] = encode_pair(record.partition, record.offset + 1)
         self._text = None
         if matches_any(self.options.filters, record):
-            event = b"id:" + self.event_id(record) + b"\n" + record.body
+            projection = self.options.projection
+            body = record.body if projection is None else projection.body(record)
+            event = b"id:" + self.event_id(record) + b"\n" + body
             out.append(event)
             self.delivered += 1
             if self.batch is not None:

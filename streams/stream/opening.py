@@ -14,11 +14,19 @@ from streams.hub.hub import Hub
 from streams.hub.topic_state import TopicState
 from streams.routes.filters import compile_filters
 from streams.routes.matching import Match
+from streams.routes.projection import projection
 from streams.telemetry.counters import StreamStats
 from streams.telemetry.delivery_log import DeliveryLog, StreamRow, user_agent_family
 from streams.telemetry.delivery_schema import Start
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """What a stream sends of each record, from its route and what its request asked (streams/edge/asks.py)."""
+
+    fields: tuple[str, ...] = ()  # JSON Pointers: the parts of each value sent; none: all of it
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,7 @@ async def open_subscription(
     *,
     stats: StreamStats,
     log_batches: bool = False,
+    shaping: Shaping = Shaping(),  # frozen: one shared default is safe
 ) -> Opened:
     """Where each partition starts, and the subscription that turns its records into events."""
     route: RouteSpec = matched.route
@@ -54,6 +63,7 @@ async def open_subscription(
         key_form=route.event_id == EVENT_ID_KEY_AND_ETAG,
         compacted=state.info.compacted,
         caught_up=route.caught_up,
+        projection=projection(shaping.fields),
     )
     subscription = Subscription(
         positions.plan.progress, ends=positions.ends, starts=positions.starts, options=options, log_batches=log_batches

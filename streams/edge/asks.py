@@ -1,0 +1,58 @@
+"""What a stream request asks beyond its route, read from its query string (docs/contract.md §5, §7): where to start
+(`since`) and how to shape what it is sent (`fields`). A request may narrow what its route sends, never widen it:
+anything else is a `400` problem naming the parameter and the value at fault.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import parse_qs
+
+from bindings.pointers import PointerError, narrower, parse_pointer
+from bindings.selectors import RouteSpec
+from streams.codecs.asgi import Scope
+from streams.edge.http import since_param
+from streams.stream.opening import Shaping
+
+
+class AskError(ValueError):
+    """A query parameter the stream cannot honour: `parameter` names it, the message says why."""
+
+    def __init__(self, parameter: str, message: str) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+
+@dataclass(frozen=True)
+class Asks:
+    since_ms: int | None
+    shaping: Shaping
+
+
+def stream_asks(scope: Scope, route: RouteSpec) -> Asks:
+    """The request's `since` and shaping under `route`; AskError if a parameter cannot be honoured."""
+    try:
+        since_ms = since_param(scope)
+    except ValueError as exc:
+        raise AskError("since", str(exc)) from None
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+    return Asks(since_ms, Shaping(fields=_fields(query.get("fields"), route)))
+
+
+def _fields(values: list[str] | None, route: RouteSpec) -> tuple[str, ...]:
+    """The client's `?fields=` (comma-separated, or repeated), each one of the route's; the route's without it."""
+    if values is None:
+        return route.fields
+    asked = [text for value in values for text in value.split(",") if text]
+    if not asked:
+        raise AskError("fields", "`fields` lists JSON Pointers, e.g. ?fields=/price,/item/name.")
+    for text in asked:
+        try:
+            parse_pointer(text)
+        except PointerError as exc:
+            raise AskError("fields", f"fields: {exc}") from None
+    wider = narrower(asked, route.fields)
+    if wider is not None:
+        allowed = ", ".join(route.fields)
+        raise AskError("fields", f"fields: {wider!r} is not one of this route's fields ({allowed}).")
+    return tuple(dict.fromkeys(asked))
