@@ -325,7 +325,18 @@ class RouteAdmin(_Recorded, admin.ModelAdmin[Route]):
         return super().change_view(request, object_id, form_url, context)
 
     ordering = ("position", "id")
-    fields = ("name", "position", "endpoint", "topic", "event_id", "start", "caught_up", "slow_client", "fields")
+    fields = (
+        "name",
+        "position",
+        "endpoint",
+        "topic",
+        "event_id",
+        "start",
+        "caught_up",
+        "slow_client",
+        "fields",
+        "conflate_ms",
+    )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Route]:
         return (

@@ -24,6 +24,7 @@ def route_representation(route: Route) -> dict[str, Any]:
         "caught_up": route.caught_up,
         "slow_client": route.slow_client,
         "fields": list(route.fields),
+        "conflate_ms": route.conflate_ms,
     }
 
 

@@ -35,12 +35,14 @@ from bindings.models import (
     routes_in_order,
 )
 from bindings.models.catalogs import topic_matches, topic_specificity
+from bindings.models.configuration import MAX_CONFLATE_MS
 from bindings.models.revocation import Revocation
 
 __all__ = [
     "ASYMMETRIC_ALGORITHMS",
     "EVENT_ID_ETAG",
     "EVENT_ID_KEY_AND_ETAG",
+    "MAX_CONFLATE_MS",
     "SLOW_CLIENT_CLOSE",
     "SLOW_CLIENT_CONFLATE",
     "START_HISTORICAL",
@@ -134,6 +136,7 @@ class RouteSpec:
     endpoint: EndpointSpec = field(default_factory=EndpointSpec)
     guarded: tuple[tuple[GuardSpec, tuple[str, ...]], ...] = ()  # every guard must authorise, with its roles
     fields: tuple[str, ...] = ()  # JSON Pointers: the parts of each value sent; none: all of it
+    conflate_ms: int = 0  # at most one event per key per interval, the latest (0: every event)
 
     def delivery(self) -> tuple[object, ...]:
         """What decides which events a stream of this route gets and who may have it: a stream opened under one
@@ -143,6 +146,7 @@ class RouteSpec:
         guards = tuple((guard.name, guard.verification(), roles) for guard, roles in self.guarded)
         return (
             self.topic, self.filters, self.event_id, self.start, self.caught_up, self.slow_client, guards, self.fields,
+            self.conflate_ms,
         )  # fmt: skip
 
 
@@ -199,6 +203,7 @@ def route_specs() -> tuple[RouteSpec, ...]:
             caught_up=route.caught_up,
             slow_client=route.slow_client,
             fields=tuple(route.fields),
+            conflate_ms=route.conflate_ms,
             endpoint=endpoint_spec(route.endpoint),
             guarded=tuple(
                 (guard_spec(route_guard.guard), tuple(route_guard.roles)) for route_guard in route.guards.all()

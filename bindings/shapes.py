@@ -25,6 +25,7 @@ from rest_framework import serializers
 from rest_framework.settings import api_settings
 
 from bindings.models import LATEST, Catalog, InlineSchema, Route, TopicModel
+from bindings.models.configuration import MAX_CONFLATE_MS
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -187,6 +188,16 @@ class RouteShape(Shape):
         help_text=(
             "JSON Pointers (e.g. /price, /item/name): only those parts of each JSON value are sent, nested shape "
             "kept; a client may ask for fewer with ?fields=. Empty: the whole value."
+        ),
+    )
+
+    conflate_ms = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_CONFLATE_MS,
+        required=False,
+        help_text=(
+            "Milliseconds: each stream gets at most one event per key in this interval, the latest value of that "
+            "key (0: every event); a client may ask a longer interval with ?conflate_ms=."
         ),
     )
 

@@ -65,6 +65,7 @@ def export_asyncapi(server_url: str, *, title: str = "SSE over Kafka", version: 
             "caught-up": route.caught_up,
             "slow-client": route.slow_client,
             "fields": list(route.fields),
+            "conflate-ms": route.conflate_ms,
             "guarded": guarded,
         }
         messages = _messages(

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.core.validators import MaxValueValidator
 from django.db import models
 
 from bindings.expressions import ExpressionError, compile_expression
@@ -42,6 +43,7 @@ START_LIVE = "live"
 SLOW_CLIENT_CLOSE = "close"
 SLOW_CLIENT_CONFLATE = "conflate"
 SHOWN = 60  # characters of a filter's expression its name shows
+MAX_CONFLATE_MS = 3_600_000  # an hour: a longer interval is no live stream
 
 
 class Route(models.Model):
@@ -89,6 +91,14 @@ class Route(models.Model):
         help_text=(
             "JSON Pointers, e.g. /price, /item/name: only those parts of each JSON value are sent (nested shape "
             "kept); a client may ask for fewer with ?fields=. Empty: the whole value."
+        ),
+    )
+    conflate_ms = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(MAX_CONFLATE_MS)],
+        help_text=(
+            "Milliseconds: each stream gets at most one event per key in this interval, the latest value of that "
+            "key (0: every event); a client may ask a longer interval with ?conflate_ms=."
         ),
     )
     created = models.DateTimeField(auto_now_add=True)

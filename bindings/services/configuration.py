@@ -107,6 +107,7 @@ def do_put_route(
     position: int = 0,
     guarded: Mapping[str, Sequence[str]] | None = None,
     fields: Sequence[str] = (),
+    conflate_ms: int = 0,
     actor: Actor = SHELL,
 ) -> Route:
     """Create or replace the route called `name` (idempotent), its conditions, filters and guards.
@@ -130,6 +131,7 @@ def do_put_route(
 
     scalars = {"name": name, "topic": topic, "event_id": event_id, "start": start, "caught_up": caught_up}
     scalars |= {"slow_client": slow_client, "endpoint": endpoint, "position": position, "fields": fields}
+    scalars["conflate_ms"] = conflate_ms
     _check_shape(RouteShape, scalars, errors)  # paths, filters and guards are checked one by one below
     if errors:
         raise ValidationError(errors)
@@ -138,7 +140,7 @@ def do_put_route(
     route_guards = _build_guards(guarded, route, errors)
     route.topic, route.event_id, route.start = topic, event_id, start
     route.caught_up, route.position, route.slow_client = caught_up, position, slow_client
-    route.fields = list(fields)
+    route.fields, route.conflate_ms = list(fields), conflate_ms
     found_endpoint = _endpoint(endpoint, errors)
     if found_endpoint is not None:
         route.endpoint = found_endpoint

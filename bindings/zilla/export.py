@@ -29,7 +29,8 @@ def export_zilla(name: str = "sse-platform", *, strict: bool = False) -> tuple[s
     and the `kafka` binding the routes exit to, whose `options.topics` carry the topic models.
 
     By default our extensions are written too (route names and positions, start, caught-up, slow-client, fields,
-    value and expression filters, keep-alive, CORS, cookies), so the file imports back to the same configuration;
+    conflation, value and expression filters, keep-alive, CORS, cookies), so the file imports back to the same
+    configuration;
     the notes list them, since Zilla itself refuses them. `strict` writes Zilla's schema only and notes what it left
     out.
     """
@@ -131,6 +132,7 @@ def _export_route(route: Route, index: int, strict: bool, extension: Callable[[s
         ("start", route.start, START_HISTORICAL),
         ("caught_up", route.caught_up, False),
         ("slow_client", route.slow_client, SLOW_CLIENT_CLOSE),
+        ("conflate_ms", route.conflate_ms, 0),
     ):
         if value != default and extension(f"route {route.name}: {key}={value}"):
             with_[key] = value

@@ -30,6 +30,7 @@ ITEMS: dict[str, Any] = {
     "slow_client": "close",
     "guarded": {},
     "fields": [],
+    "conflate_ms": 0,
 }
 
 
