@@ -1,6 +1,7 @@
 """What a stream request asks beyond its route, read from its query string (docs/contract.md §5, §7): where to start
-(`since`) and how to shape what it is sent (`fields`). A request may narrow what its route sends, never widen it:
-anything else is a `400` problem naming the parameter and the value at fault.
+(`since`) and how to shape what it is sent (`fields`, `conflate_ms`). A request may narrow what its route sends
+(fewer fields, a longer interval), never widen it: anything else is a `400` problem naming the parameter and the
+value at fault.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs
 
 from bindings.pointers import PointerError, narrower, parse_pointer
-from bindings.selectors import RouteSpec
+from bindings.selectors import MAX_CONFLATE_MS, RouteSpec
 from streams.codecs.asgi import Scope
 from streams.edge.http import since_param
 from streams.stream.opening import Shaping
@@ -36,7 +37,23 @@ def stream_asks(scope: Scope, route: RouteSpec) -> Asks:
     except ValueError as exc:
         raise AskError("since", str(exc)) from None
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-    return Asks(since_ms, Shaping(fields=_fields(query.get("fields"), route)))
+    fields = _fields(query.get("fields"), route)
+    return Asks(since_ms, Shaping(fields=fields, conflate_ms=_conflate_ms(query.get("conflate_ms"), route)))
+
+
+def _conflate_ms(values: list[str] | None, route: RouteSpec) -> int:
+    """The client's `?conflate_ms=`, no shorter than the route's; the route's without it."""
+    if values is None:
+        return route.conflate_ms
+    text = values[-1]
+    if not text.isdigit() or int(text) > MAX_CONFLATE_MS:
+        raise AskError(
+            "conflate_ms", f"conflate_ms: {text!r} is not a whole number of milliseconds up to {MAX_CONFLATE_MS}."
+        )
+    asked = int(text)
+    if asked < route.conflate_ms:
+        raise AskError("conflate_ms", f"conflate_ms: {asked} is shorter than this route's {route.conflate_ms}.")
+    return asked
 
 
 def _fields(values: list[str] | None, route: RouteSpec) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ class Shaping:
     """What a stream sends of each record, from its route and what its request asked (streams/edge/asks.py)."""
 
     fields: tuple[str, ...] = ()  # JSON Pointers: the parts of each value sent; none: all of it
+    conflate_ms: int = 0  # at most one event per key per interval (0: every event)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ async def open_subscription(
         compacted=state.info.compacted,
         caught_up=route.caught_up,
         projection=projection(shaping.fields),
+        conflate_ms=shaping.conflate_ms,
     )
     subscription = Subscription(
         positions.plan.progress, ends=positions.ends, starts=positions.starts, options=options, log_batches=log_batches
