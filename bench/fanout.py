@@ -624,6 +624,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "with `route` (more arguments of do_put_route) and `query` (what the streams' URLs end with), e.g.\n"
         '\'{"route": {"filters": [{"expression": "value.s % 2 == 0"}]}}\'',
     )
+    parser.add_argument("--key", default="", help="every message's key, for conflation on one hot key (default none)")
     harness.add_server_args(parser, processes=1)
     args = parser.parse_args(argv)
     if unknown := set(args.values) - {"json", "avro"}:
@@ -682,7 +683,7 @@ def main(argv: list[str] | None = None) -> int:
     nofile = harness.raise_nofile()
     harness.load_services_env()
     harness.setup_django()
-    opts = harness.make_options(args, window_s=args.window, warmup_s=args.warmup)
+    opts = dataclasses.replace(harness.make_options(args, window_s=args.window, warmup_s=args.warmup), key=args.key)
     registry = None
     if "avro" in args.values:
         if args.registry is None:

@@ -306,6 +306,7 @@ class Options:
     baseline: bool = False  # the server is bench/baseline_server.py's live mode, not the platform
     route: dict[str, Any] = field(default_factory=dict)  # more of the route (do_put_route's arguments): --shaped
     query: str = ""  # what each stream's URL ends with (`?delta=merge-patch`): --shaped
+    key: str = ""  # every message's key (a hot key): --key
 
 
 class Scenario:
@@ -421,6 +422,8 @@ class Scenario:
         argv = [PY, str(BENCH / "producer.py"), "--bootstrap", self.opts.bootstrap, "--topic", self.topic]
         argv += ["--rate", str(rate), "--partitions", str(PARTITIONS), "--size", str(MESSAGE_BYTES)]
         argv += ["--count", str(count), "--linger-ms", "5"]
+        if self.opts.key:
+            argv += ["--key", self.opts.key]
         if self.values == "avro":
             argv += ["--avro", self.opts.registry or ""]
         self.producer = self.spawn(Proc("producer", argv, log_path=self.log_path("producer")))
