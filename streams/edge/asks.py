@@ -1,5 +1,5 @@
 """What a stream request asks beyond its route, read from its query string (docs/contract.md §5, §7): where to start
-(`since`) and how to shape what it is sent (`fields`, `conflate_ms`). A request may narrow what its route sends
+(`since`) and how to shape what it is sent (`fields`, `conflate_ms`, `delta`). A request may narrow what its route sends
 (fewer fields, a longer interval), never widen it: anything else is a `400` problem naming the parameter and the
 value at fault.
 """
@@ -14,6 +14,8 @@ from bindings.selectors import MAX_CONFLATE_MS, RouteSpec
 from streams.codecs.asgi import Scope
 from streams.edge.http import since_param
 from streams.stream.opening import Shaping
+
+MERGE_PATCH = "merge-patch"  # RFC 7396, the one delta format
 
 
 class AskError(ValueError):
@@ -38,7 +40,17 @@ def stream_asks(scope: Scope, route: RouteSpec) -> Asks:
         raise AskError("since", str(exc)) from None
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
     fields = _fields(query.get("fields"), route)
-    return Asks(since_ms, Shaping(fields=fields, conflate_ms=_conflate_ms(query.get("conflate_ms"), route)))
+    conflate_ms = _conflate_ms(query.get("conflate_ms"), route)
+    return Asks(since_ms, Shaping(fields=fields, conflate_ms=conflate_ms, delta=_delta(query.get("delta"))))
+
+
+def _delta(values: list[str] | None) -> str:
+    """The client's `?delta=`: `merge-patch`, or none."""
+    if values is None:
+        return ""
+    if values[-1] != MERGE_PATCH:
+        raise AskError("delta", f"delta: {values[-1]!r} is not a delta format this server sends; ask {MERGE_PATCH!r}.")
+    return MERGE_PATCH
 
 
 def _conflate_ms(values: list[str] | None, route: RouteSpec) -> int:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from streams.codecs import sse
 from streams.codecs.event_id import OFFSET_EARLIEST, encode_pair, encode_parts, etag_id_from, key_id_from
 from streams.events.conflation import Conflation
+from streams.events.deltas import Deltas
 from streams.events.start_plan import Reset
 from streams.kafka.client import Record
 from streams.routes.filters import CompiledFilter, matches_any
@@ -46,10 +47,11 @@ class SubscriptionOptions:
     caught_up: bool = False  # send `caught-up` once every partition reached `ends`
     projection: Projection | None = None  # the parts of each JSON value sent (shared, hashed by identity)
     conflate_ms: int = 0  # at most one event per key per this many ms (0: every event)
+    deltas: bool = False  # a key's value whole once, then merge patches when shorter (`event:patch`)
 
     def __post_init__(self) -> None:
         shape = (self.filters, self.key_form, self.compacted, self.caught_up, self.projection, self.conflate_ms)
-        object.__setattr__(self, "_hash", hash(shape))
+        object.__setattr__(self, "_hash", hash((*shape, self.deltas)))
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined,no-any-return]
@@ -139,14 +141,15 @@ class Subscription(Progress):
         )
         self._caught_up_sent = not options.caught_up
         self._conflation = Conflation(options.conflate_ms) if options.conflate_ms else None
+        self._deltas = Deltas(options.projection) if options.deltas else None
         self._clock = clock
 
     @property
     def settled(self) -> bool:
         """Nothing held back and nothing still to announce: the output then depends only on the options, the
         progress and the records, so subscriptions equal in those write the same bytes. A conflating one never is:
-        what it sends depends on when it sent each key."""
-        return not self._held and self._caught_up_sent and self._conflation is None
+        what it sends depends on when it sent each key, nor one sending deltas (on what it sent of each key)."""
+        return not self._held and self._caught_up_sent and self._conflation is None and self._deltas is None
 
     def next_due(self) -> float | None:
         """When a record conflation holds back is due (a `feed`, of nothing if need be, sends it), on the
@@ -242,6 +245,8 @@ class Subscription(Progress):
     def _emit(self, record: Record, out: list[bytes]) -> None:
         projection = self.options.projection
         body = record.body if projection is None else projection.body(record)
+        if self._deltas is not None:
+            body = self._deltas.body(record, body)
         event = b"id:" + self.event_id(record) + b"\n" + body
         out.append(event)
         self.delivered += 1

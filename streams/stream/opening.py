@@ -28,6 +28,7 @@ class Shaping:
 
     fields: tuple[str, ...] = ()  # JSON Pointers: the parts of each value sent; none: all of it
     conflate_ms: int = 0  # at most one event per key per interval (0: every event)
+    delta: str = ""  # "merge-patch": a key's value whole once, then patches when shorter (key-form ids)
 
 
 @dataclass(frozen=True)
@@ -61,11 +62,12 @@ async def open_subscription(
     positions = await hub.positions(state, resumed=resumed, start=route.start, since_ms=since_ms)
     options = SubscriptionOptions(
         filters=compile_filters(route.filters, matched.params, matched.guarded),
-        key_form=route.event_id == EVENT_ID_KEY_AND_ETAG,
+        key_form=route.event_id == EVENT_ID_KEY_AND_ETAG or bool(shaping.delta),  # a patch's id names its key
         compacted=state.info.compacted,
         caught_up=route.caught_up,
         projection=projection(shaping.fields),
         conflate_ms=shaping.conflate_ms,
+        deltas=bool(shaping.delta),
     )
     subscription = Subscription(
         positions.plan.progress, ends=positions.ends, starts=positions.starts, options=options, log_batches=log_batches

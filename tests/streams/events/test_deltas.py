@@ -1,0 +1,66 @@
+"""streams/events/deltas.py: RFC 7396 merge patches from the value a stream last sent for a key, when shorter;
+whole values where a patch cannot say it; a patch computed once for every stream sending it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from streams.events.deltas import Deltas, merge_patch, patch_body
+from streams.kafka.client import Record
+
+
+def rec(offset: int, value: Any, key: bytes | None = b"k") -> Record:
+    data = None if value is None else (value if isinstance(value, bytes) else json.dumps(value).encode())
+    return Record(0, offset, key, data, ())
+
+
+BIG = {"id": 1, "price": 10, "name": "tea", "note": "n" * 200, "tags": ["a"], "item": {"sku": "t", "stock": 4}}
+
+
+@pytest.mark.parametrize(
+    ("after", "patch"),
+    [
+        ({**BIG, "price": 11}, {"price": 11}),
+        ({k: v for k, v in BIG.items() if k != "note"}, {"note": None}),
+        ({**BIG, "item": {"sku": "t", "stock": 3}}, {"item": {"stock": 3}}),
+        ({**BIG, "tags": ["a", "b"]}, {"tags": ["a", "b"]}),
+        ({**BIG, "price": 10.0}, {"price": 10.0}),  # a number's type is part of its value
+        ({**BIG, "extra": {"deep": 1}}, {"extra": {"deep": 1}}),
+    ],
+)
+def test_a_merge_patch_turns_the_value_before_into_the_value_after(after: dict[str, Any], patch: Any) -> None:
+    assert merge_patch(BIG, after) == patch
+
+
+@pytest.mark.parametrize("after", [{**BIG, "price": None}, {**BIG, "item": {"sku": None, "stock": 4}}])
+def test_a_member_set_to_null_cannot_be_a_patch(after: dict[str, Any]) -> None:
+    assert not isinstance(merge_patch(BIG, after), dict)
+
+
+def test_a_key_goes_whole_first_then_as_a_patch_when_shorter() -> None:
+    deltas = Deltas(None)
+    first, second = rec(0, BIG), rec(1, {**BIG, "price": 11})
+    assert deltas.body(first, first.body) is first.body
+    assert deltas.body(second, second.body) == b'event:patch\ndata:{"price":11}\n\n'
+    everything = rec(2, {"id": 2})  # a patch removing five members is longer than the value itself
+    assert deltas.body(everything, everything.body) is everything.body
+
+
+def test_tombstones_values_that_are_no_object_and_records_without_a_key_go_whole() -> None:
+    deltas = Deltas(None)
+    records = [rec(0, BIG), rec(1, None), rec(2, {**BIG, "price": 2}), rec(3, b"[1, 2]"), rec(4, [1, 3])]
+    records.append(rec(5, BIG, key=None))
+    assert [deltas.body(r, r.body) for r in records] == [r.body for r in records]
+
+
+def test_streams_that_sent_the_same_record_share_the_patch_to_the_next() -> None:
+    first, second = rec(0, BIG), rec(1, {**BIG, "price": 12})
+    one, two = Deltas(None), Deltas(None)
+    for deltas in (one, two):
+        deltas.body(first, first.body)
+    patch = one.body(second, second.body)
+    assert patch is two.body(second, second.body)
+    assert patch is patch_body(first, second, None)
