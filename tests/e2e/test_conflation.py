@@ -12,7 +12,7 @@ import pytest
 
 from bindings.services import do_put_route
 from tests.conftest import unique
-from tests.support.sse_client import EventStream
+from tests.support.sse_client import Event, EventStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,7 +25,7 @@ def test_a_hundred_updates_of_one_key_in_a_second_are_at_most_two_events_then_a_
     with EventStream(daphne_url + path, timeout=20) as stream:
         for n in range(1, 101):
             produce(topic, json.dumps({"price": n}).encode(), key=b"EURUSD")
-        received = []
+        received: list[Event] = []
         while not received or json.loads(received[-1].text)["price"] != 100:
             received.append(stream.next_event(timeout=20))
         assert len(received) <= 2, [e.text for e in received]
