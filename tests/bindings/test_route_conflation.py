@@ -46,4 +46,5 @@ def test_a_zilla_import_reports_a_bad_interval_where_it_is() -> None:
     text = ZILLA.replace("          fields: FIELDS\n", "          conflate_ms: soon\n")
     with pytest.raises(ZillaConfigError) as info:
         do_import_zilla(text, actor=Actor(name="tester", source="import"))
-    assert list(info.value.errors) == ["bindings.sse_kafka.routes[0].with.conflate_ms"]
+    where = "bindings.sse_kafka.routes[0].with.conflate_ms"
+    assert info.value.errors == {where: ["conflate_ms is a whole number of milliseconds."]}
