@@ -10,6 +10,7 @@ import pytest
 
 from streams.events.deltas import Deltas, merge_patch, patch_body
 from streams.kafka.client import Record
+from streams.routes.projection import projection
 
 
 def rec(offset: int, value: Any, key: bytes | None = b"k") -> Record:
@@ -64,3 +65,13 @@ def test_streams_that_sent_the_same_record_share_the_patch_to_the_next() -> None
     patch = one.body(second, second.body)
     assert patch is two.body(second, second.body)
     assert patch is patch_body(first, second, None)
+
+
+def test_with_a_projection_the_patch_is_between_the_projected_values() -> None:
+    fields = projection(["/price", "/note", "/item/stock"])
+    deltas = Deltas(fields)
+    first, second = rec(0, BIG), rec(1, {**BIG, "price": 12, "name": "changed", "item": {"sku": "u", "stock": 3}})
+    assert fields is not None
+    assert deltas.body(first, fields.body(first)) == fields.body(first)
+    # `name` and `item.sku` changed too, but are not sent: the patch says nothing of them
+    assert deltas.body(second, fields.body(second)) == b'event:patch\ndata:{"price":12,"item":{"stock":3}}\n\n'
