@@ -146,3 +146,29 @@ def test_the_preview_asks_for_fewer_fields_and_deltas_and_shows_whole_values(
     assert 'delta: "merge-patch"' in snippet
     assert [text.split("] ", 1)[1] for text in shown] == ['{"price":1}', '{"price":2}', '{"price":3}']
     assert "'/pad' is not one of this route's fields" in refused
+
+
+def test_the_preview_shows_what_the_route_does_to_the_topics_recent_records(
+    daphne_url: str, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]]
+) -> None:
+    topic, name = new_topic(), unique("recent-route")
+    filters = [{"expression": "value.price > 1"}]
+    route = do_put_route(name=name, path=f"/{name}", topic=topic, fields=["/price"], filters=filters)
+    for price in (1, 2):
+        produce(topic, f'{{"price": {price}, "name": "tea"}}'.encode(), key=b"k")
+    username = operator()
+    then = reverse("admin:bindings_route_change", args=[route.pk])
+
+    def scenario(page: Page) -> list[list[str]]:
+        sign_in(page, daphne_url, username, then)
+        page.click("#preview-recent")
+        page.wait_for_function(
+            "document.getElementById('preview-recent-state').textContent.startsWith('2 records')", timeout=10_000
+        )
+        return [row.locator("td").all_inner_texts() for row in page.locator("#preview-recent-table tbody tr").all()]
+
+    rows = in_browser(scenario)
+    assert [row[2:] for row in rows] == [
+        ['{"price": 1, "name": "tea"}', "filtered out", ""],
+        ['{"price": 2, "name": "tea"}', "sent", '{"price":2}'],
+    ]
