@@ -2,7 +2,9 @@
 RFC 7396 JSON Merge Patch from the value last sent for that key, as `event:patch`, whenever the patch is shorter.
 
 A patch is computed once per pair of records in the process (`patch_body`): streams that last sent a key's same
-record and now send the same next one share it, however many they are. A stream remembers the record it last sent
+record and now send the same next one share it, however many they are. What a stream last sent is part of where
+it stands (`DeltaState`, one shared object per value): streams in the same place that sent the same share the
+fan-out's writes as other streams do. A stream remembers the record it last sent
 for at most `MAX_KEYS` keys (least recently sent forgotten first); a key it forgot, a value that is not a JSON
 object, a tombstone or a record without a key goes whole. A merge patch cannot set a member to null (null removes
 it), so a change to null goes whole too.
@@ -11,6 +13,7 @@ it), so a change to null goes whole too.
 from __future__ import annotations
 
 import json
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -89,24 +92,54 @@ def patch_body(before: Record, after: Record, projection: Projection | None) -> 
     return body
 
 
+class DeltaState(OrderedDict[bytes, Record]):
+    """The record a stream last sent per key, least recently sent first. Once settled it is shared, never changed
+    in place: every stream in the same state holds the same one (`settle`), so streams in the same place with the
+    same state share the fan-out's writes (its identity is part of their share key)."""
+
+
+_STATES: weakref.WeakValueDictionary[tuple[tuple[bytes, int], ...], DeltaState] = weakref.WeakValueDictionary()
+_EMPTY = DeltaState()
+
+
 class Deltas:
-    """The record a stream last sent per key, and what it sends next: the whole value or the shorter patch."""
+    """What a stream sends of each record's value: the whole value, or the shorter patch from what it last sent
+    of the record's key (`state`, replaced when it changes: copied on its first change in a feed)."""
 
     def __init__(self, projection: Projection | None) -> None:
         self.projection = projection
-        self.last: OrderedDict[bytes, Record] = OrderedDict()
+        self.state = _EMPTY
+        self._own = False  # `state` is this stream's own copy, changed in place during a feed
+
+    def begin(self) -> None:
+        """A feed starts: the state may be shared, so the first change copies it."""
+        self._own = False
+
+    def settle(self) -> None:
+        """A feed ended: a state changed in it becomes the process's one object of that value."""
+        if self._own:
+            fingerprint = tuple((key, id(record)) for key, record in self.state.items())
+            self.state = _STATES.setdefault(fingerprint, self.state)
+            self._own = False
+
+    def take(self, state: DeltaState) -> None:
+        """Stand where another stream stood: its state, as it is (shared)."""
+        self.state, self._own = state, False
 
     def body(self, record: Record, whole: bytes) -> bytes:
         """What goes after the id line of `record`'s event, whose whole body is `whole`."""
         key = record.key
         if key is None:
             return whole
-        before = self.last.pop(key, None)
+        if not self._own:
+            self.state, self._own = DeltaState(self.state), True
+        last = self.state
+        before = last.pop(key, None)
         if record.value is None:  # a tombstone: the next value of its key goes whole
             return whole
-        self.last[key] = record
-        if len(self.last) > MAX_KEYS:
-            self.last.popitem(last=False)
+        last[key] = record
+        if len(last) > MAX_KEYS:
+            last.popitem(last=False)
         if before is None:
             return whole
         patch = patch_body(before, record, self.projection)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from streams.codecs import sse
 from streams.codecs.event_id import OFFSET_EARLIEST, encode_pair, encode_parts, etag_id_from, key_id_from
 from streams.events.conflation import Conflation
-from streams.events.deltas import Deltas
+from streams.events.deltas import Deltas, DeltaState
 from streams.events.start_plan import Reset
 from streams.kafka.client import Record
 from streams.routes.filters import CompiledFilter, matches_any
@@ -33,6 +33,7 @@ class Position:
     progress: dict[int, int]
     parts: dict[int, bytes]
     text: bytes | None
+    sent: DeltaState | None = None  # with deltas: what was last sent of each key (shared, never changed in place)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class Progress:
         self._text: bytes | None = None
         self.delivered = 0
         self.batch: list[tuple[Record, int]] | None = [] if log_batches else None
+        self._deltas: Deltas | None = None  # a subscription sending deltas: part of where it stands
 
     def batch_length(self) -> int:
         return 0 if self.batch is None else len(self.batch)
@@ -92,7 +94,7 @@ class Progress:
     def standpoint(self) -> Position:
         """Its `position`, not copied, for subscriptions that take it as it is (`adopt`): `progress` and the
         encoded parts are replaced, never changed in place, so they can be shared."""
-        return Position(self.progress, self._parts, self._text)
+        return Position(self.progress, self._parts, self._text, self.sent())
 
     def adopt(self, standpoint: Position, delivered: int) -> None:
         """Stand where a settled subscription stood (its `standpoint`) after feeding what this one would have
@@ -100,9 +102,16 @@ class Progress:
         reached its ends already.)"""
         self.progress, self._parts, self._text = standpoint.progress, standpoint.parts, standpoint.text
         self.delivered += delivered
+        if self._deltas is not None and standpoint.sent is not None:
+            self._deltas.take(standpoint.sent)
 
     def position(self) -> Position:
-        return Position(dict(self.progress), dict(self._parts), self._text)
+        return Position(dict(self.progress), dict(self._parts), self._text, self.sent())
+
+    def sent(self) -> DeltaState | None:
+        """With deltas, what it last sent of each key: one object for every subscription in the same state (its
+        identity is part of the share keys), never changed in place; None without deltas."""
+        return None if self._deltas is None else self._deltas.state
 
     def take(self, position: Position, delivered: int) -> None:
         """Stand at `position`, reached by feeding what this one would have been fed: `delivered` events (which
@@ -110,6 +119,8 @@ class Progress:
         self.progress = dict(position.progress)
         self._parts = dict(position.parts)
         self._text = position.text
+        if self._deltas is not None and position.sent is not None:
+            self._deltas.take(position.sent)
         self.delivered += delivered
 
 
@@ -148,8 +159,9 @@ class Subscription(Progress):
     def settled(self) -> bool:
         """Nothing held back and nothing still to announce: the output then depends only on the options, the
         progress and the records, so subscriptions equal in those write the same bytes. A conflating one never is:
-        what it sends depends on when it sent each key, nor one sending deltas (on what it sent of each key)."""
-        return not self._held and self._caught_up_sent and self._conflation is None and self._deltas is None
+        what it sends depends on when it sent each key. (One sending deltas is: what it last sent of each key is part
+        of where it stands, `Position.sent`.)"""
+        return not self._held and self._caught_up_sent and self._conflation is None
 
     def next_due(self) -> float | None:
         """When a record conflation holds back is due (a `feed`, of nothing if need be, sends it), on the
@@ -208,6 +220,8 @@ class Subscription(Progress):
         self.progress, self._parts = dict(self.progress), dict(self._parts)  # perhaps shared (`adopt`)
         if conflate:
             records = _latest_per_key(records)
+        if self._deltas is not None:
+            self._deltas.begin()
         if self._conflation is not None and self._conflation.waiting:  # what waited goes before what is newer
             for record in self._conflation.due(self._clock()):
                 self._emit(record, out)
@@ -226,6 +240,8 @@ class Subscription(Progress):
             if partition not in self._reached:
                 self._reach(partition, out)
         out.append(self._caught_up_if_due())
+        if self._deltas is not None:
+            self._deltas.settle()
         return b"".join(out)
 
     def _reach(self, partition: int, out: list[bytes]) -> None:

@@ -86,7 +86,10 @@ class Intake:
         # The options by identity (one object per value, `SubscriptionOptions.shared`): hashing the key for every
         # stream at every fan-out then runs no Python `__hash__`.
         options = id(self.subscription.options)
-        return (self.label, options, tuple(self.reader.cursors.items()), progress)
+        # With deltas, what it last sent of each key, by identity (one object per value, held by this pump or by
+        # the position it takes next, so the identity stays its while the key is kept).
+        sent = id(self.subscription.sent())
+        return (self.label, options, tuple(self.reader.cursors.items()), progress, sent)
 
     def lead(self) -> bytes:
         """The hub's read for a direct write, kept for the pumps in the same position that take it (`share`): what it

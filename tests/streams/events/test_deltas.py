@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from streams.codecs.event_id import OFFSET_EARLIEST
 from streams.events.deltas import Deltas, merge_patch, patch_body
+from streams.events.subscription import Subscription, SubscriptionOptions
 from streams.kafka.client import Record
 from streams.routes.projection import projection
 
@@ -75,3 +77,21 @@ def test_with_a_projection_the_patch_is_between_the_projected_values() -> None:
     assert deltas.body(first, fields.body(first)) == fields.body(first)
     # `name` and `item.sku` changed too, but are not sent: the patch says nothing of them
     assert deltas.body(second, fields.body(second)) == b'event:patch\ndata:{"price":12,"item":{"stock":3}}\n\n'
+
+
+def test_subscriptions_that_sent_the_same_hold_one_state_and_share_where_they_stand() -> None:
+    def subscription() -> Subscription:
+        options = SubscriptionOptions(key_form=True, deltas=True)
+        return Subscription({0: OFFSET_EARLIEST}, ends={0: 0}, starts={0: 0}, options=options)
+
+    first, second = subscription(), subscription()
+    records = [rec(n, {**BIG, "price": n}) for n in range(3)]
+    first.feed(records[:1])
+    second.feed(records[:1])
+    assert first.sent() is second.sent()  # one object per value: their share keys are equal
+    first.feed(records[1:2])
+    assert first.sent() is not second.sent()
+    second.adopt(first.standpoint(), 1)  # a follower of a shared write stands where its leader stood
+    assert second.sent() is first.sent()
+    assert second.feed(records[2:]) == first.feed(records[2:])  # and writes what the leader writes
+    assert first.sent() is second.sent()
