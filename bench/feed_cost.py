@@ -1,7 +1,8 @@
 """CPU per event of one stream's subscription feeding records, by its options (docs/benchmarks.md).
 
-A stream that shares the fan-out's writes costs its group's leader this once per group; a conflating or delta
-stream shares nothing and costs it itself, so at N such streams a record costs N times this on the event loop.
+A stream that shares the fan-out's writes costs its group's leader this once per group; a conflating stream
+shares nothing and costs it itself, so at N such streams a record costs N times this on the event loop (delta
+streams share when they sent the same: docs/data-plane.md, "Deltas").
 No broker: 4 000 records of about 1 KiB, all with one key, fed two at a time as the fan-out feeds them.
 
     .venv/bin/python bench/feed_cost.py
