@@ -66,6 +66,7 @@ class Row:
     consumer_cpu: float | None = None  # the consumer processes and their decoders (`python -m streams.kafka.*`)
     consumer_parts: dict[str, float] = field(default_factory=dict)  # the same by module
     all_back_s: float | None = None  # storm: until every client had its first event after resuming
+    wire_bytes: float | None = None  # bytes a second the load generator received, headers and keep-alives too
     server_rss_mb: float | None = None
     worker_rss_mb: float | None = None  # the largest server process's
     edge_cpu: float | None = None  # the edge in front (--configs), counted in the node's CPU too
@@ -115,6 +116,15 @@ def per_event_us(row: Row) -> float | None:
 
 
 BASELINE = "baseline: "  # the prefix of the hand-written baseline's rows
+SHAPED = "shaped: "  # the prefix of the rows whose route has --shaped's options
+
+
+def wire_bytes_per_event(row: Row) -> float | None:
+    """Bytes on the wire per message the clients were sent (per message wanted: a filter or conflation that
+    sends fewer events costs fewer bytes), so that a shaped row and its plain one compare."""
+    if row.wire_bytes is None or not row.demand:
+        return None
+    return row.wire_bytes / row.demand
 
 
 def ratio(platform: float | None, baseline: float | None) -> str:
@@ -122,19 +132,43 @@ def ratio(platform: float | None, baseline: float | None) -> str:
 
 
 def render_ratios(rows: list[Row]) -> str:
-    """Each platform row against the baseline row of the same scenario in the same run."""
+    """Each platform row against the baseline row of the same scenario in the same run, and each shaped row
+    against the plain row of the same scenario."""
+    tables = []
     baselines = {r.scenario.removeprefix(BASELINE): r for r in rows if r.scenario.startswith(BASELINE)}
     pairs = [(r, baselines[r.scenario]) for r in rows if r.scenario in baselines]
-    if not pairs:
-        return ""
-    head = ["scenario", "delivered", "p50", "p99", "CPU with children", "CPU per event", "storm: all back"]
-    lines = [
-        "Platform ÷ baseline, same run (above 1: the platform is slower or costs more; delivered: below 1 it "
-        "delivers less):",
-        "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-    ]
+    if pairs:
+        tables.append(
+            ratio_table(
+                "Platform ÷ baseline, same run (above 1: the platform is slower or costs more; delivered: below 1 "
+                "it delivers less):",
+                pairs,
+            )
+        )
+    # Each shaped row with the plain row of the same scenario that ran next to it (the n-th of each).
+    shaped = [r for r in rows if r.scenario.startswith(SHAPED)]
+    plain = [r for r in rows if not r.scenario.startswith((BASELINE, SHAPED))]
+    pairs = []
+    for row in shaped:
+        match = next((p for p in plain if p.scenario == row.scenario.removeprefix(SHAPED)), None)
+        if match is not None:
+            plain.remove(match)
+            pairs.append((row, match))
+    if pairs:
+        tables.append(
+            ratio_table(
+                "Shaped ÷ plain route, same run (CPU per event: per event delivered; bytes per message: on the "
+                "wire, per message produced per client):",
+                pairs,
+            )
+        )
+    return "\n\n".join(tables)
+
+
+def ratio_table(title: str, pairs: list[tuple[Row, Row]]) -> str:
+    head = ["scenario", "delivered", "p50", "p99", "CPU with children", "CPU per event", "bytes per message"]
+    head.append("storm: all back")
+    lines = [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r, b in pairs:
         cells = [
             r.scenario,
@@ -143,6 +177,7 @@ def render_ratios(rows: list[Row]) -> str:
             ratio(r.p99_ms, b.p99_ms),
             ratio(r.tree_cpu, b.tree_cpu),
             ratio(per_event_us(r), per_event_us(b)),
+            ratio(wire_bytes_per_event(r), wire_bytes_per_event(b)),
             ratio(r.all_back_s, b.all_back_s),
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -381,7 +416,8 @@ def run_cell(opts: Options, clients: int, rate: int, *, coalescing_off: bool = F
     with scenario(opts, name, row, start="live", server_env=extra_env, values=values) as sc:
         sc.start_loadgen()
         budget = connect_budget(clients)
-        reply = sc.ask({"cmd": "connect", "path": sc.path, "n": clients, "batch": opts.batch, "timeout": 30}, budget)
+        path = sc.path + opts.query
+        reply = sc.ask({"cmd": "connect", "path": path, "n": clients, "batch": opts.batch, "timeout": 30}, budget)
         row.clients = f"{reply['ok']}/{clients}"
         log(f"  {reply['ok']}/{clients} streams open in {reply['seconds']:.1f}s")
         if reply["ok"] == 0:
@@ -399,6 +435,7 @@ def run_cell(opts: Options, clients: int, rate: int, *, coalescing_off: bool = F
         after = sc.sample()
         busiest = before.until(after, row)
         row.delivered = report["events"] / report["seconds"]
+        row.wire_bytes = report["bytes"] / report["seconds"]
         row.p50_ms = report["p50"] * 1000 if report["p50"] is not None else None
         row.p99_ms = report["p99"] * 1000 if report["p99"] is not None else None
         row.errors = fmt_errors(report["errors"])
@@ -652,6 +689,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also run each live JSON cell and the storm against the hand-written baseline\n"
         "(bench/baseline_server.py --kafka: one asyncio process), alternating, and print the ratios",
     )
+    parser.add_argument(
+        "--shaped",
+        type=json.loads,
+        help="also run each cell against the route with these options, alternating, and print the ratios: JSON\n"
+        "with `route` (more arguments of do_put_route) and `query` (what the streams' URLs end with), e.g.\n"
+        '\'{"route": {"filters": [{"expression": "value.s % 2 == 0"}]}}\'',
+    )
+    parser.add_argument("--key", default="", help="every message's key, for conflation on one hot key (default none)")
     harness.add_server_args(parser, processes=1)
     args = parser.parse_args(argv)
     if unknown := set(args.values) - {"json", "avro"}:
@@ -677,7 +722,11 @@ def skipped_row(clients: int, rate: int) -> Row:
 
 def servers_for(opts: Options, args: argparse.Namespace, index: int, kind: str, what: Any) -> list[Options]:
     """The platform (each of `--configs`), and with --baseline the hand-written baseline too (for live JSON cells
-    and the storm), alternating which goes first from one scenario to the next."""
+    and the storm), or with --shaped the route with its options too (for cells), alternating which goes first from
+    one scenario to the next."""
+    if args.shaped is not None and kind == "cell":
+        shaped = dataclasses.replace(opts, route=args.shaped.get("route", {}), query=args.shaped.get("query", ""))
+        return [shaped, opts] if index % 2 == 0 else [opts, shaped]
     platforms = harness.configurations(opts, args.configs, index)
     json_cell = kind == "cell" and (what[2] if len(what) > 2 else "json") == "json"
     if not args.baseline or not (json_cell or kind == "storm"):
@@ -716,7 +765,7 @@ def main(argv: list[str] | None = None) -> int:
     nofile = harness.raise_nofile()
     harness.load_services_env()
     harness.setup_django()
-    opts = harness.make_options(args, window_s=args.window, warmup_s=args.warmup)
+    opts = dataclasses.replace(harness.make_options(args, window_s=args.window, warmup_s=args.warmup), key=args.key)
     registry = None
     if "avro" in args.values:
         if args.registry is None:
@@ -741,6 +790,8 @@ def main(argv: list[str] | None = None) -> int:
                 last = run_step(step_opts, args, kind, what)
                 if step_opts.baseline:
                     last.scenario = BASELINE + last.scenario
+                elif step_opts.route or step_opts.query:
+                    last.scenario = SHAPED + last.scenario
                 elif step_opts.label:
                     last.scenario = f"{step_opts.label}: {last.scenario}"
                 rows.append(last)

@@ -31,7 +31,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
@@ -314,6 +314,9 @@ class Options:
     baseline: bool = False  # the server is bench/baseline_server.py's live mode, not the platform
     edge: str = "none"  # "haproxy" or "nginx": one server process behind that edge, on a loopback port
     label: str = ""  # how the table names this configuration (`--configs`)
+    route: dict[str, Any] = field(default_factory=dict)  # more of the route (do_put_route's arguments): --shaped
+    query: str = ""  # what each stream's URL ends with (`?delta=merge-patch`): --shaped
+    key: str = ""  # every message's key (a hot key): --key
 
 
 EDGES = ("none", "haproxy", "nginx")
@@ -357,7 +360,7 @@ class Scenario:
         create_topic(self.opts.bootstrap, self.topic)
         if self.values == "avro":
             self.put_models()
-        put_route(self.route, self.path, self.topic, self.start)
+        put_route(self.route, self.path, self.topic, self.start, **self.opts.route)
         self.start_server()
 
     def put_models(self) -> None:
@@ -477,6 +480,8 @@ class Scenario:
         argv = [PY, str(BENCH / "producer.py"), "--bootstrap", self.opts.bootstrap, "--topic", self.topic]
         argv += ["--rate", str(rate), "--partitions", str(PARTITIONS), "--size", str(MESSAGE_BYTES)]
         argv += ["--count", str(count), "--linger-ms", "5"]
+        if self.opts.key:
+            argv += ["--key", self.opts.key]
         if self.values == "avro":
             argv += ["--avro", self.opts.registry or ""]
         self.producer = self.spawn(Proc("producer", argv, log_path=self.log_path("producer")))
@@ -627,10 +632,10 @@ def delete_topic(bootstrap: str, name: str) -> None:
     admin.delete_topics([name], operation_timeout=10)[name].result(timeout=15)
 
 
-def put_route(name: str, path: str, topic: str, start: str) -> None:
+def put_route(name: str, path: str, topic: str, start: str, **more: Any) -> None:
     from bindings.services import do_put_route  # noqa: PLC0415  (needs django.setup() first)
 
-    do_put_route(name=name, path=path, topic=topic, start=start)
+    do_put_route(name=name, path=path, topic=topic, start=start, **more)
 
 
 def delete_models(topic: str) -> None:

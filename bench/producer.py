@@ -6,8 +6,9 @@ Run by `bench/fanout.py` as a subprocess::
 
 Each message is ``{"t":<time.time() at produce>,"p":<partition>,"s":<sequence in partition>,"pad":"xx..."}``,
 padded to ``--size`` bytes, sent round-robin over ``--partitions`` partitions with the Kafka timestamp set to
-the same send time. With ``--avro REGISTRY_URL``, the same fields are written as Avro by confluent-kafka's
-AvroSerializer against that registry (subject ``<topic>-value``): a server decoding the topic serves the same JSON.
+the same send time, each with the key ``--key`` if given. With ``--avro REGISTRY_URL``, the same fields are
+written as Avro by confluent-kafka's AvroSerializer against that registry (subject ``<topic>-value``): a server
+decoding the topic serves the same JSON.
 It prints ``{"ready": true}`` once the first message is acknowledged, and on exit (SIGTERM, SIGINT, or ``--count``
 messages sent) ``{"produced": n, "acked": n, "errors": n}``.
 """
@@ -66,6 +67,7 @@ def paced(producer: Producer, args: argparse.Namespace, on_delivery: Any, stoppi
     """Produce at `args.rate` until stopped (or `args.count` sent); returns how many were sent."""
     sequences = [0] * args.partitions
     encode = avro_writer(args.avro, args.topic) if args.avro else message
+    key = args.key.encode() or None  # one key for all: a hot key, as conflation benchmarks want
     sent = 0
     started = time.monotonic()
     while not stopping() and (args.count == 0 or sent < args.count):
@@ -78,7 +80,7 @@ def paced(producer: Producer, args: argparse.Namespace, on_delivery: Any, stoppi
             value = encode(now, partition, sequences[partition], args.size)
             try:
                 producer.produce(
-                    args.topic, value, partition=partition, timestamp=int(now * 1000), on_delivery=on_delivery
+                    args.topic, value, key=key, partition=partition, timestamp=int(now * 1000), on_delivery=on_delivery
                 )
             except BufferError:
                 producer.poll(0.01)
@@ -101,6 +103,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=0, help="stop after this many messages (0: until stopped)")
     parser.add_argument("--linger-ms", type=int, default=5)
     parser.add_argument("--avro", metavar="REGISTRY_URL", help="write Avro values through this schema registry")
+    parser.add_argument("--key", default="", help="every message's key (default: none)")
     args = parser.parse_args()
 
     stopping = False

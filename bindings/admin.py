@@ -153,7 +153,7 @@ class RouteConditionInline(admin.TabularInline[RouteCondition, Route]):
 class RouteFilterInline(admin.StackedInline[RouteFilter, Route]):
     model = RouteFilter
     formset = RouteFilterFormSet
-    fields = ("key", "headers", "value_path", "value_equals", "position")
+    fields = ("key", "headers", "value_path", "value_equals", "expression", "position")
     extra = 0
     verbose_name = "filter"
     verbose_name_plural = "filters (a message is sent when any matches; none = the whole topic)"
@@ -325,7 +325,18 @@ class RouteAdmin(_Recorded, admin.ModelAdmin[Route]):
         return super().change_view(request, object_id, form_url, context)
 
     ordering = ("position", "id")
-    fields = ("name", "position", "endpoint", "topic", "event_id", "start", "caught_up", "slow_client")
+    fields = (
+        "name",
+        "position",
+        "endpoint",
+        "topic",
+        "event_id",
+        "start",
+        "caught_up",
+        "slow_client",
+        "fields",
+        "conflate_ms",
+    )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Route]:
         return (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bindings.models import LATEST, Catalog, Endpoint, Guard, Route, TopicModel
+from bindings.models import LATEST, Catalog, Endpoint, Guard, Route, RouteFilter, TopicModel
 from bindings.models.catalogs import redacted_url
 
 
@@ -17,23 +17,26 @@ def route_representation(route: Route) -> dict[str, Any]:
         "endpoint": route.endpoint.name,
         "topic": route.topic,
         "paths": [condition.path for condition in route.conditions.all()],
-        "filters": [
-            {
-                "key": route_filter.key,
-                "headers": dict(route_filter.header_items()),
-                "value": (
-                    {"path": route_filter.value_path, "equals": route_filter.value_equals}
-                    if route_filter.value_path
-                    else None
-                ),
-            }
-            for route_filter in route.filters.all()
-        ],
+        "filters": [filter_representation(route_filter) for route_filter in route.filters.all()],
         "guarded": {route_guard.guard.name: list(route_guard.roles) for route_guard in route.guards.all()},
         "event_id": route.event_id,
         "start": route.start,
         "caught_up": route.caught_up,
         "slow_client": route.slow_client,
+        "fields": list(route.fields),
+        "conflate_ms": route.conflate_ms,
+    }
+
+
+def filter_representation(route_filter: RouteFilter) -> dict[str, Any]:
+    """A filter as the API shows it: every field, `expression` "" when it has none."""
+    return {
+        "key": route_filter.key,
+        "headers": dict(route_filter.header_items()),
+        "value": (
+            {"path": route_filter.value_path, "equals": route_filter.value_equals} if route_filter.value_path else None
+        ),
+        "expression": route_filter.expression,
     }
 
 

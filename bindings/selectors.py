@@ -35,12 +35,14 @@ from bindings.models import (
     routes_in_order,
 )
 from bindings.models.catalogs import topic_matches, topic_specificity
+from bindings.models.configuration import MAX_CONFLATE_MS
 from bindings.models.revocation import Revocation
 
 __all__ = [
     "ASYMMETRIC_ALGORITHMS",
     "EVENT_ID_ETAG",
     "EVENT_ID_KEY_AND_ETAG",
+    "MAX_CONFLATE_MS",
     "SLOW_CLIENT_CLOSE",
     "SLOW_CLIENT_CONFLATE",
     "START_HISTORICAL",
@@ -88,11 +90,13 @@ class ValueFilterSpec:
 
 @dataclass(frozen=True)
 class FilterSpec:
-    """One filter: the key, every header and the value condition must all match. Templates unresolved."""
+    """One filter: the key, every header, the value condition and the expression must all match. Templates
+    unresolved; the expression (CEL, bindings/expressions.py) reads the request's params and grants as variables."""
 
     key: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
     value: ValueFilterSpec | None = None
+    expression: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,8 @@ class RouteSpec:
     slow_client: str = SLOW_CLIENT_CLOSE  # or SLOW_CLIENT_CONFLATE
     endpoint: EndpointSpec = field(default_factory=EndpointSpec)
     guarded: tuple[tuple[GuardSpec, tuple[str, ...]], ...] = ()  # every guard must authorise, with its roles
+    fields: tuple[str, ...] = ()  # JSON Pointers: the parts of each value sent; none: all of it
+    conflate_ms: int = 0  # at most one event per key per interval, the latest (0: every event)
 
     def delivery(self) -> tuple[object, ...]:
         """What decides which events a stream of this route gets and who may have it: a stream opened under one
@@ -138,7 +144,10 @@ class RouteSpec:
         path no longer matches), endpoint settings such as retry and CORS, and a guard's cookie and challenge
         lead, which apply to new streams."""
         guards = tuple((guard.name, guard.verification(), roles) for guard, roles in self.guarded)
-        return (self.topic, self.filters, self.event_id, self.start, self.caught_up, self.slow_client, guards)
+        return (
+            self.topic, self.filters, self.event_id, self.start, self.caught_up, self.slow_client, guards, self.fields,
+            self.conflate_ms,
+        )  # fmt: skip
 
 
 def endpoint_spec(endpoint: Endpoint) -> EndpointSpec:
@@ -173,7 +182,12 @@ def filter_spec(route_filter: RouteFilter) -> FilterSpec:
     value = None
     if route_filter.value_path:
         value = ValueFilterSpec(path=route_filter.value_path, equals=route_filter.value_equals)
-    return FilterSpec(key=route_filter.key, headers=tuple(route_filter.header_items()), value=value)
+    return FilterSpec(
+        key=route_filter.key,
+        headers=tuple(route_filter.header_items()),
+        value=value,
+        expression=route_filter.expression,
+    )
 
 
 def route_specs() -> tuple[RouteSpec, ...]:
@@ -188,6 +202,8 @@ def route_specs() -> tuple[RouteSpec, ...]:
             start=route.start,
             caught_up=route.caught_up,
             slow_client=route.slow_client,
+            fields=tuple(route.fields),
+            conflate_ms=route.conflate_ms,
             endpoint=endpoint_spec(route.endpoint),
             guarded=tuple(
                 (guard_spec(route_guard.guard), tuple(route_guard.roles)) for route_guard in route.guards.all()

@@ -25,6 +25,7 @@ from rest_framework import serializers
 from rest_framework.settings import api_settings
 
 from bindings.models import LATEST, Catalog, InlineSchema, Route, TopicModel
+from bindings.models.configuration import MAX_CONFLATE_MS
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -127,7 +128,7 @@ class FilterValueShape(Shape):
 
 
 class FilterShape(Shape):
-    """A route filter: a message passes if its key, every header and the value condition all match."""
+    """A route filter: a message passes if its key, every header, the value condition and the expression all match."""
 
     default_error_messages: ClassVar[dict[str, StrOrPromise]] = {
         "invalid": "A filter is an object with a key, headers and/or a value."
@@ -144,6 +145,16 @@ class FilterShape(Shape):
         help_text='Header name -> value (strings), e.g. {"tag": "x"}; checked by the filter model.',
     )
     value = FilterValueShape(allow_null=True, required=False, help_text="A condition on the JSON value.")
+    expression = Text(
+        allow_blank=True,
+        required=False,
+        error_messages={"invalid": "An expression is a string of CEL."},
+        help_text=(
+            "A CEL expression that must be true for the message to pass, e.g. value.order.total > 100.0 && "
+            "value.region == params.region. It reads value and key (decoded JSON), headers, params and guarded "
+            "(each guard's identity and attributes); a syntax or type error is refused when the route is saved."
+        ),
+    )
 
     class Meta:
         ref_name = "FilterSpec"  # its name in the OpenAPI schema
@@ -169,6 +180,25 @@ class RouteShape(Shape):
         child=serializers.ListField(child=Text()),
         required=False,
         help_text="Guard name -> the roles a token must all have; every guard must authorise.",
+    )
+    # DRF takes declared fields off the class, so this one does not hide `Serializer.fields`; mypy cannot know.
+    fields = serializers.ListField(  # type: ignore[assignment]
+        child=Text(),
+        required=False,
+        help_text=(
+            "JSON Pointers (e.g. /price, /item/name): only those parts of each JSON value are sent, nested shape "
+            "kept; a client may ask for fewer with ?fields=. Empty: the whole value."
+        ),
+    )
+
+    conflate_ms = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_CONFLATE_MS,
+        required=False,
+        help_text=(
+            "Milliseconds: each stream gets at most one event per key in this interval, the latest value of that "
+            "key (0: every event); a client may ask a longer interval with ?conflate_ms=."
+        ),
     )
 
 

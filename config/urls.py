@@ -11,6 +11,7 @@ from bindings.api.catalogs import CatalogViewSet, TopicModelViewSet
 from bindings.api.resources import ChangeViewSet, EndpointViewSet, GuardViewSet, RouteViewSet
 from bindings.api.revocations import RevocationViewSet
 from bindings.api.zilla import ZillaExportView, ZillaImportView
+from streams.edge.preview import recent_records
 
 router = DefaultRouter()
 router.register("routes", RouteViewSet)
@@ -23,6 +24,8 @@ router.register("changes", ChangeViewSet)
 
 urlpatterns = [
     path("", TemplateView.as_view(template_name="demo.html"), name="demo"),
+    # The route page's preview of what the route does to its topic's recent records: the data plane reads them.
+    path("admin/recent-records/<slug:name>", recent_records, name="recent-records"),
     path("admin/", admin.site.urls),
     path("analytics/", include("analytics.urls")),
     path("api/v1/analytics/routes/", RouteAnalyticsListView.as_view(), name="analytics-routes"),

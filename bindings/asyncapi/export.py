@@ -64,6 +64,8 @@ def export_asyncapi(server_url: str, *, title: str = "SSE over Kafka", version: 
             "start": route.start,
             "caught-up": route.caught_up,
             "slow-client": route.slow_client,
+            "fields": list(route.fields),
+            "conflate-ms": route.conflate_ms,
             "guarded": guarded,
         }
         messages = _messages(

@@ -27,6 +27,8 @@ _ROUTE_KEYS: dict[str, tuple[str, type | tuple[type, ...], str]] = {
     "start": ("start", str, "a string"),
     "caught-up": ("caught_up", bool, "true or false"),
     "slow-client": ("slow_client", str, "a string"),
+    "fields": ("fields", list, "a list of JSON Pointers"),
+    "conflate-ms": ("conflate_ms", int, "a whole number of milliseconds"),
     "guarded": ("guarded", dict, 'an object of guard name -> roles, e.g. {"jwt": ["read:items"]}'),
 }
 _DOCUMENT_KEY = {argument: key for key, (argument, _, _) in _ROUTE_KEYS.items()}

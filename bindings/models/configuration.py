@@ -14,8 +14,10 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.core.validators import MaxValueValidator
 from django.db import models
 
+from bindings.expressions import ExpressionError, compile_expression
 from bindings.models.endpoints import Endpoint, default_endpoint
 from bindings.models.guards import Guard
 from bindings.patterns import (
@@ -31,6 +33,7 @@ from bindings.patterns import (
     parse_path,
     touching_placeholders,
 )
+from bindings.pointers import MAX_POINTER_LENGTH, check_fields
 
 # The two `with.event.id` values Zilla accepts; they select an encoding, they are not templates.
 EVENT_ID_ETAG = "${etag}"
@@ -39,6 +42,8 @@ START_HISTORICAL = "historical"
 START_LIVE = "live"
 SLOW_CLIENT_CLOSE = "close"
 SLOW_CLIENT_CONFLATE = "conflate"
+SHOWN = 60  # characters of a filter's expression its name shows
+MAX_CONFLATE_MS = 3_600_000  # an hour: a longer interval is no live stream
 
 
 class Route(models.Model):
@@ -79,6 +84,23 @@ class Route(models.Model):
             "state never fall behind, but intermediate values are skipped)."
         ),
     )
+    fields = ArrayField(
+        models.CharField(max_length=MAX_POINTER_LENGTH),
+        default=list,
+        blank=True,
+        help_text=(
+            "JSON Pointers, e.g. /price, /item/name: only those parts of each JSON value are sent (nested shape "
+            "kept); a client may ask for fewer with ?fields=. Empty: the whole value."
+        ),
+    )
+    conflate_ms = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(MAX_CONFLATE_MS)],
+        help_text=(
+            "Milliseconds: each stream gets at most one event per key in this interval, the latest value of that "
+            "key (0: every event); a client may ask a longer interval with ?conflate_ms=."
+        ),
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -89,6 +111,9 @@ class Route(models.Model):
         return f"{self.name} -> {self.topic}"
 
     def clean(self) -> None:
+        field_problems = check_fields(list(self.fields or []))
+        if field_problems:
+            raise ValidationError({"fields": [message for _, message in field_problems]})
         if not self.topic:  # reported as blank, or left out by a form after its own error
             return
         try:
@@ -126,7 +151,7 @@ class RouteCondition(models.Model):
 
 
 class RouteFilter(models.Model):
-    """A `with.filters` entry: the key, every header and the value condition must all match."""
+    """A `with.filters` entry: the key, every header, the value condition and the expression must all match."""
 
     route = models.ForeignKey(Route, on_delete=models.CASCADE, related_name="filters")
     position = models.PositiveIntegerField(default=0)
@@ -145,6 +170,14 @@ class RouteFilter(models.Model):
     value_equals = models.CharField(
         max_length=1000, blank=True, help_text="The string the value at `value path` must equal; templated."
     )
+    expression = models.TextField(
+        blank=True,
+        default="",
+        help_text=(
+            "A CEL expression that must be true, e.g. value.order.total > 100.0 && value.region == params.region; "
+            "it reads value, key, headers, params and guarded (docs/contract.md §7)."
+        ),
+    )
 
     class Meta:
         ordering: ClassVar[list[str]] = ["position", "id"]
@@ -157,6 +190,8 @@ class RouteFilter(models.Model):
             parts.extend(f"{name}={value}" for name, value in sorted(self.headers.items()))
         if self.value_path:
             parts.append(f"{self.value_path}={self.value_equals}")
+        if self.expression:
+            parts.append(self.expression if len(self.expression) <= SHOWN else self.expression[: SHOWN - 1] + "…")
         return ", ".join(parts) or "(empty filter)"
 
     def header_items(self) -> list[tuple[str, str]]:
@@ -211,8 +246,19 @@ class RouteFilter(models.Model):
                 check_expressions(self.value_equals)
             except PatternError as exc:
                 add("value_equals", str(exc))
-        if self.key is None and not self.headers and not self.value_path and not self.value_equals:
-            add(NON_FIELD_ERRORS, "A filter needs a key, a header or a value condition.")
+        if self.expression:
+            try:
+                compile_expression(self.expression)
+            except ExpressionError as exc:
+                add("expression", str(exc))
+        if (
+            self.key is None
+            and not self.headers
+            and not self.value_path
+            and not self.value_equals
+            and not self.expression
+        ):
+            add(NON_FIELD_ERRORS, "A filter needs a key, a header, a value condition or an expression.")
         if errors:
             raise ValidationError(errors)
 

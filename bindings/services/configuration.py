@@ -3,7 +3,8 @@
 They validate as the admin does and raise Django's `ValidationError` with a `message_dict` whose keys name the
 bad field: a route's own fields (`topic`, `endpoint`, ...), `paths` / `paths[i]` for its conditions, and
 `filters[i]`, `filters[i].key`, `filters[i].headers`, `filters[i].value`, `filters[i].value.path`,
-`filters[i].value.equals` for its filters (indexes from 0), `guarded` / `guarded.<guard>` for its guards.
+`filters[i].value.equals`, `filters[i].expression` for its filters (indexes from 0), `guarded` /
+`guarded.<guard>` for its guards.
 """
 
 from __future__ import annotations
@@ -43,7 +44,13 @@ from bindings.services.checks import check_shape as _check_shape
 from bindings.services.checks import collect as _collect
 from bindings.shapes import EndpointShape, FilterShape, GuardShape, RevocationShape, RouteShape, problems
 
-_FILTER_FIELDS = {"key": "key", "headers": "headers", "value_path": "value.path", "value_equals": "value.equals"}
+_FILTER_FIELDS = {
+    "key": "key",
+    "headers": "headers",
+    "value_path": "value.path",
+    "value_equals": "value.equals",
+    "expression": "expression",
+}
 
 
 def _endpoint(name: str, errors: Errors) -> Endpoint | None:
@@ -74,6 +81,7 @@ def _build_filter(index: int, spec: object, route: Route, errors: Errors) -> Rou
         headers={} if headers is None else headers,
         value_path=value.get("path", ""),
         value_equals=value.get("equals", ""),
+        expression=shape.validated_data.get("expression", ""),
     )
     try:
         route_filter.full_clean(exclude=["route"])
@@ -98,6 +106,8 @@ def do_put_route(
     endpoint: str = DEFAULT_ENDPOINT,
     position: int = 0,
     guarded: Mapping[str, Sequence[str]] | None = None,
+    fields: Sequence[str] = (),
+    conflate_ms: int = 0,
     actor: Actor = SHELL,
 ) -> Route:
     """Create or replace the route called `name` (idempotent), its conditions, filters and guards.
@@ -120,7 +130,8 @@ def do_put_route(
         filter_specs = ()
 
     scalars = {"name": name, "topic": topic, "event_id": event_id, "start": start, "caught_up": caught_up}
-    scalars |= {"slow_client": slow_client, "endpoint": endpoint, "position": position}
+    scalars |= {"slow_client": slow_client, "endpoint": endpoint, "position": position, "fields": fields}
+    scalars["conflate_ms"] = conflate_ms
     _check_shape(RouteShape, scalars, errors)  # paths, filters and guards are checked one by one below
     if errors:
         raise ValidationError(errors)
@@ -129,6 +140,7 @@ def do_put_route(
     route_guards = _build_guards(guarded, route, errors)
     route.topic, route.event_id, route.start = topic, event_id, start
     route.caught_up, route.position, route.slow_client = caught_up, position, slow_client
+    route.fields, route.conflate_ms = list(fields), conflate_ms
     found_endpoint = _endpoint(endpoint, errors)
     if found_endpoint is not None:
         route.endpoint = found_endpoint
@@ -150,8 +162,8 @@ def do_put_route(
         _add(errors, "topic", topic_errors)
     for index, messages in condition_errors.items():
         _add(errors, f"paths[{index}]", messages)
-    for index, fields in filter_errors.items():
-        for field, messages in fields.items():
+    for index, by_field in filter_errors.items():
+        for field, messages in by_field.items():
             _add(errors, f"filters[{index}].{_FILTER_FIELDS[field]}", messages)
     if errors:
         raise ValidationError(errors)

@@ -21,12 +21,12 @@ Everything else (tcp, tls, http, filesystem bindings, the rest of kafka bindings
 catalog types, vaults, telemetry) is listed as ignored in the result, never dropped silently.
 
 Our extensions (docs/contract.md §7) ride in the same places, so an export imports back to the same
-configuration: route
-`name` and `position`, `with.start`, `with.caught_up`, `with.slow_client`, a filter's `value: {path, equals}`,
-the sse binding's `options.keepalive` (seconds), `options.cors: {origins, credentials}` and `options.endpoint`
-(the endpoint's name when the binding's name cannot be it), and a jwt guard's `options.cookie`. What Zilla
-cannot say (keep-alive, CORS, the guard's cookie, a route's start, caught-up and slow-client policy) keeps its
-current value when the file leaves it out, so importing a plain Zilla file never resets what was set here.
+configuration: route `name` and `position`, `with.start`, `with.caught_up`, `with.slow_client`, `with.fields`,
+`with.conflate_ms`, a filter's `value: {path, equals}` and `expression`, the sse binding's `options.keepalive`
+(seconds), `options.cors: {origins, credentials}` and `options.endpoint` (the endpoint's name when the binding's
+name cannot be it), and a jwt guard's `options.cookie`. What Zilla cannot say (keep-alive, CORS, the guard's
+cookie, a route's start, caught-up, slow-client policy, fields and conflation) keeps its current value when the
+file leaves it out, so importing a plain Zilla file never resets what was set here.
 
 Every write goes through `bindings.services` in one transaction: all of it or nothing. Errors are keyed by
 where they are in the file (`bindings.<binding>.routes[<i>].with.topic`, `guards.<guard>.options.keys`).
@@ -157,6 +157,8 @@ _ROUTE_FIELDS = {
     "start": "with.start",
     "caught_up": "with.caught_up",
     "slow_client": "with.slow_client",
+    "fields": "with.fields",
+    "conflate_ms": "with.conflate_ms",
 }
 _GUARD_FIELDS = {
     "issuer": "options.issuer",
@@ -277,7 +279,8 @@ def _topic_model_write(topic_model: _NamedPlan, actor: Actor) -> Write:
 def _route_write(plan: _RoutePlan, actor: Actor) -> Write:
     before = route_state(plan.name)
     fields = dict(plan.fields)
-    defaults = {"start": START_HISTORICAL, "caught_up": False, "slow_client": SLOW_CLIENT_CLOSE}
+    defaults = {"start": START_HISTORICAL, "caught_up": False, "slow_client": SLOW_CLIENT_CLOSE, "fields": []}
+    defaults["conflate_ms"] = 0
     for key, default in defaults.items():  # what Zilla cannot say keeps its value, or takes the default
         fields.setdefault(key, before[key] if before is not None else default)
     put = partial(do_put_route, name=plan.name, **fields, actor=actor)

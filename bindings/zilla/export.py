@@ -28,9 +28,11 @@ def export_zilla(name: str = "sse-platform", *, strict: bool = False) -> tuple[s
     """The configuration as a zilla.yaml: catalogs, guards, per endpoint an `sse` server and an `sse-kafka` proxy,
     and the `kafka` binding the routes exit to, whose `options.topics` carry the topic models.
 
-    By default our extensions are written too (route names and positions, start, caught-up, slow-client,
-    value filters, keep-alive, CORS, cookies), so the file imports back to the same configuration; the notes
-    list them, since Zilla itself refuses them. `strict` writes Zilla's schema only and notes what it left out.
+    By default our extensions are written too (route names and positions, start, caught-up, slow-client, fields,
+    conflation, value and expression filters, keep-alive, CORS, cookies), so the file imports back to the same
+    configuration;
+    the notes list them, since Zilla itself refuses them. `strict` writes Zilla's schema only and notes what it left
+    out.
     """
     notes: list[str] = []
 
@@ -116,6 +118,10 @@ def _export_route(route: Route, index: int, strict: bool, extension: Callable[[s
             item["headers"] = dict(route_filter.header_items())
         if route_filter.value_path and extension(f"route {route.name}: the value filter on {route_filter.value_path}"):
             item["value"] = {"path": route_filter.value_path, "equals": route_filter.value_equals}
+        if route_filter.expression and extension(
+            f"route {route.name}: the expression filter {route_filter.expression!r}"
+        ):
+            item["expression"] = route_filter.expression
         if item:
             filters.append(item)
     if filters:
@@ -126,8 +132,11 @@ def _export_route(route: Route, index: int, strict: bool, extension: Callable[[s
         ("start", route.start, START_HISTORICAL),
         ("caught_up", route.caught_up, False),
         ("slow_client", route.slow_client, SLOW_CLIENT_CLOSE),
+        ("conflate_ms", route.conflate_ms, 0),
     ):
         if value != default and extension(f"route {route.name}: {key}={value}"):
             with_[key] = value
+    if route.fields and extension(f"route {route.name}: fields {', '.join(route.fields)}"):
+        with_["fields"] = list(route.fields)
     exported["with"] = with_
     return exported

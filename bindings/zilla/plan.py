@@ -27,7 +27,7 @@ _CORS_KEYS = frozenset({"origins", "credentials"})
 _SSE_ROUTE_KEYS = frozenset({"when", "exit", "guarded"})
 _PROXY_KEYS = frozenset({"type", "kind", "routes", "exit"})
 _ROUTE_KEYS = frozenset({"name", "position", "when", "exit", "guarded", "with"})
-_WITH_KEYS = frozenset({"topic", "filters", "event", "start", "caught_up", "slow_client"})
+_WITH_KEYS = frozenset({"topic", "filters", "event", "start", "caught_up", "slow_client", "fields", "conflate_ms"})
 _GUARD_KEYS = frozenset({"type", "options"})
 _JWT_OPTIONS = frozenset({"issuer", "audience", "keys", "roles", "identity", "attributes", "challenge", "cookie"})
 _SLUG = re.compile(r"[-a-zA-Z0-9_]+")
@@ -291,9 +291,21 @@ def _plan_route(plan: _Plan, where: str, route: Any) -> dict[str, Any] | None:
         plan.error(f"{where}.with.filters", "Filters are a list.")
         filters = []
     fields["filters"] = filters  # their shape and content are checked by the service, errors mapped back
-    for key in ("start", "caught_up", "slow_client"):
+    _plan_extensions(plan, where, with_, fields)
+    return fields
+
+
+def _plan_extensions(plan: _Plan, where: str, with_: Mapping[str, Any], fields: dict[str, Any]) -> None:
+    """Our extensions of a route's `with` into `fields`, with their types checked (values: by the service)."""
+    for key in ("start", "caught_up", "slow_client", "fields", "conflate_ms"):
         if key in with_:
             fields[key] = with_[key]
+    if "fields" in fields and not (
+        isinstance(fields["fields"], list) and all(isinstance(item, str) for item in fields["fields"])
+    ):
+        plan.error(f"{where}.with.fields", "fields is a list of JSON Pointers, e.g. [/price, /item/name].")
+    conflate = fields.get("conflate_ms", 0)
+    if isinstance(conflate, bool) or not isinstance(conflate, int):
+        plan.error(f"{where}.with.conflate_ms", "conflate_ms is a whole number of milliseconds.")
     if "caught_up" in fields and not isinstance(fields["caught_up"], bool):
         plan.error(f"{where}.with.caught_up", "caught_up is true or false.")
-    return fields

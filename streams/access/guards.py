@@ -31,6 +31,7 @@ from django.conf import settings
 from jwt import PyJWK
 from jwt.exceptions import PyJWTError
 
+from bindings.expressions import guard_reads
 from bindings.patterns import guard_values, inseparable_values
 from bindings.selectors import ASYMMETRIC_ALGORITHMS, GuardSpec, RouteSpec
 from streams.access.jwks import JwksClient, JwksError
@@ -255,8 +256,20 @@ def route_templates(route: RouteSpec) -> list[str]:
 
 
 def route_guard_values(route: RouteSpec) -> set[tuple[str, str]]:
-    """(guard, value) pairs the route's templates read, value being `identity` or `attributes.<name>`."""
-    return {pair for template in route_templates(route) for pair in guard_values(template)}
+    """(guard, value) pairs the route's templates and filter expressions read, value being `identity` or
+    `attributes.<name>`. An expression that reads `guarded` in a form not named in its text (an index computed at
+    run time) reads every value of the route's guards."""
+    found = {pair for template in route_templates(route) for pair in guard_values(template)}
+    for spec in route.filters:
+        if spec.expression:
+            reads = guard_reads(spec.expression)
+            if reads is None:
+                reads = {(guard.name, "identity") for guard, _ in route.guarded}
+                reads |= {
+                    (guard.name, f"attributes.{name}") for guard, _ in route.guarded for name, _ in guard.attributes
+                }
+            found |= reads
+    return found
 
 
 def unfit(match: Match, guarded: Mapping[str, Mapping[str, str]]) -> Refusal | None:

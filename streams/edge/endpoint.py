@@ -30,6 +30,7 @@ from streams.access.lease import Lease
 from streams.access.renewal import CHALLENGE_EVENT
 from streams.codecs import sse
 from streams.codecs.asgi import ASGIApp, Receive, Scope, Send, header
+from streams.edge.asks import AskError, Asks, stream_asks
 from streams.edge.http import (
     MAX_LAST_EVENT_ID_BYTES,
     STREAM_HEADERS,
@@ -39,7 +40,6 @@ from streams.edge.http import (
     raw_path,
     refuse,
     respond_json,
-    since_param,
 )
 from streams.edge.limits import LimitReached, identity_of
 from streams.edge.metrics import STARTS, exposition
@@ -218,9 +218,9 @@ class Stream:
         self.cors = cors_headers(matched.route.endpoint, header(self.scope, b"origin"))
         self.grants = dict(authorised.grants)
         try:
-            since_ms = since_param(self.scope)
-        except ValueError as exc:
-            await self.problem(400, "Bad request", str(exc), reason="since")
+            asks = stream_asks(self.scope, matched.route)
+        except AskError as exc:
+            await self.problem(400, "Bad request", str(exc), reason=exc.parameter, parameter=exc.parameter)
             return
         client = str((self.scope.get("client") or ("",))[0])
         ticket = self.runtime.limits.admit(matched.route.endpoint, client, identity_of(matched.route, self.grants))
@@ -228,13 +228,13 @@ class Stream:
             await self.problem(ticket.status, ticket.title, ticket.detail, reason=ticket.reason, headers=ticket.headers)
             return
         try:
-            await self.serve(matched, resume, since_ms, head_only=method == "HEAD")
+            await self.serve(matched, resume, asks, head_only=method == "HEAD")
         finally:
             self.runtime.limits.release(ticket)
 
-    async def serve(self, matched: Match, resume: bytes | None, since_ms: int | None, *, head_only: bool) -> None:
+    async def serve(self, matched: Match, resume: bytes | None, asks: Asks, *, head_only: bool) -> None:
         route = matched.route
-        topic = await open_topic(self.runtime, matched, resume, since_ms)
+        topic = await open_topic(self.runtime, matched, resume, asks)
         if isinstance(topic, TopicProblem):
             await self.problem(
                 topic.status, topic.title, topic.detail, reason=topic.reason, headers=topic.headers, **topic.extra
@@ -299,7 +299,7 @@ class TopicProblem:
 
 
 async def open_topic(
-    runtime: Runtime, matched: Match, resume: bytes | None, since_ms: int | None
+    runtime: Runtime, matched: Match, resume: bytes | None, asks: Asks
 ) -> tuple[TopicState, Opened] | TopicProblem:
     """The stream's topic and where it starts in it, or why it cannot start: the templated name is no topic's,
     the topic does not exist, Kafka cannot be reached, or the stream starts before the cache window while every
@@ -314,8 +314,9 @@ async def open_topic(
     try:
         state = await hub.topic(matched.topic)
         opened = await open_subscription(
-            hub, state, matched, resume, since_ms, stats=runtime.stats, log_batches=runtime.deliveries.enabled
-        )
+            hub, state, matched, resume, asks.since_ms, stats=runtime.stats, log_batches=runtime.deliveries.enabled,
+            shaping=asks.shaping,
+        )  # fmt: skip
     except TopicNotFoundError as exc:
         return TopicProblem(404, "Unknown topic", str(exc), "unknown_topic", extra={"topic": exc.topic})
     except KafkaUnavailableError as exc:

@@ -98,6 +98,9 @@ SLOW_CLOSED = Counter("sse_slow_clients_closed", "Streams closed because their c
 DECODE_ERRORS = Counter(
     "sse_decode_errors", "Records skipped because they do not decode, by topic and reason.", ["topic", "reason"]
 )
+FILTER_FAILURES = Counter(
+    "sse_filter_expression_failures", "Records on which a route filter's expression failed (no match).", []
+)
 RECORDS_DECODED = Counter("sse_records_decoded", "Records decoded to JSON by the Kafka consumers, by topic.", ["topic"])
 DECODE_WAITING = Gauge(
     "sse_decode_waiting_partitions",

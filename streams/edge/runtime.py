@@ -27,6 +27,7 @@ from streams.access.revocations import Revocations
 from streams.edge.limits import RateLimit, StreamLimits
 from streams.edge.memory import Reclaimer
 from streams.edge.metrics import (
+    FILTER_FAILURES,
     LOG_DROPPED,
     REFUSALS,
     RENEWALS,
@@ -40,6 +41,7 @@ from streams.edge.metrics import (
 from streams.hub.hub import Hub, current_hub, get_hub
 from streams.kafka.client import ReaderStats
 from streams.kafka.decoding import Models
+from streams.routes.expressions import ExpressionStats
 from streams.routes.table import OpenStreams, RouteTable
 from streams.server import collector
 from streams.server.bodies import HeldBodies
@@ -100,6 +102,7 @@ class Runtime:
         metrics.count(ROUTE_RELOADS, lambda: self.routes.reloads)
         metrics.count(LOG_DROPPED, lambda: self.delivery_log.stats()["delivery_log_dropped"])
         metrics.count(SLOW_CLOSED, lambda: self.stats.closed_slow)
+        metrics.count(FILTER_FAILURES, lambda: ExpressionStats.failures)
 
     # --- what happens to streams, told to the delivery log and the metrics ------------------------------
 

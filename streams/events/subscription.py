@@ -8,15 +8,19 @@ back each partition's records up to the end as of subscribe time, then sends onl
 from __future__ import annotations
 
 import json
+import time
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from streams.codecs import sse
 from streams.codecs.event_id import OFFSET_EARLIEST, encode_pair, encode_parts, etag_id_from, key_id_from
+from streams.events.conflation import Conflation
+from streams.events.deltas import Deltas, DeltaState
 from streams.events.start_plan import Reset
 from streams.kafka.client import Record
 from streams.routes.filters import CompiledFilter, matches_any
+from streams.routes.projection import Projection
 
 RESET = b"reset"
 CAUGHT_UP = b"caught-up"
@@ -29,6 +33,7 @@ class Position:
     progress: dict[int, int]
     parts: dict[int, bytes]
     text: bytes | None
+    sent: DeltaState | None = None  # with deltas: what was last sent of each key (shared, never changed in place)
 
 
 @dataclass(frozen=True)
@@ -41,9 +46,13 @@ class SubscriptionOptions:
     key_form: bool = False  # ids as ["<base64 key>","<etag id>"]
     compacted: bool = False  # send only the latest value per key up to `ends`
     caught_up: bool = False  # send `caught-up` once every partition reached `ends`
+    projection: Projection | None = None  # the parts of each JSON value sent (shared, hashed by identity)
+    conflate_ms: int = 0  # at most one event per key per this many ms (0: every event)
+    deltas: bool = False  # a key's value whole once, then merge patches when shorter (`event:patch`)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.filters, self.key_form, self.compacted, self.caught_up)))
+        shape = (self.filters, self.key_form, self.compacted, self.caught_up, self.projection, self.conflate_ms)
+        object.__setattr__(self, "_hash", hash((*shape, self.deltas)))
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined,no-any-return]
@@ -60,18 +69,32 @@ class Progress:
     """Where a subscription stands, as its event ids say it: each partition's next offset (`progress`), its
     encoded entry (kept so that an id re-encodes only the partition that moved), the id text once encoded, and
     the events delivered to get there. The dicts are replaced, never changed in place, so subscriptions in one
-    place share them (`standpoint`, `adopt`). The base of `Subscription`, whose feeding moves it."""
+    place share them (`standpoint`, `adopt`). With `log_batches`, it keeps each record delivered and its size
+    until `take_batch()`, for the delivery log. The base of `Subscription`, whose feeding moves it."""
 
-    def __init__(self, progress: Mapping[int, int]) -> None:
+    def __init__(self, progress: Mapping[int, int], *, log_batches: bool = False) -> None:
         self.progress = dict(progress)
         self._parts = {p: encode_pair(p, o) for p, o in self.progress.items()}
         self._text: bytes | None = None
         self.delivered = 0
+        self.batch: list[tuple[Record, int]] | None = [] if log_batches else None
+        self._deltas: Deltas | None = None  # a subscription sending deltas: part of where it stands
+
+    def batch_length(self) -> int:
+        return 0 if self.batch is None else len(self.batch)
+
+    def take_batch(self) -> list[tuple[Record, int]]:
+        """The records delivered since the last call, each with the bytes its event took; empty if not kept."""
+        batch = self.batch
+        if not batch:
+            return []
+        self.batch = []
+        return batch
 
     def standpoint(self) -> Position:
         """Its `position`, not copied, for subscriptions that take it as it is (`adopt`): `progress` and the
         encoded parts are replaced, never changed in place, so they can be shared."""
-        return Position(self.progress, self._parts, self._text)
+        return Position(self.progress, self._parts, self._text, self.sent())
 
     def adopt(self, standpoint: Position, delivered: int) -> None:
         """Stand where a settled subscription stood (its `standpoint`) after feeding what this one would have
@@ -79,9 +102,16 @@ class Progress:
         reached its ends already.)"""
         self.progress, self._parts, self._text = standpoint.progress, standpoint.parts, standpoint.text
         self.delivered += delivered
+        if self._deltas is not None and standpoint.sent is not None:
+            self._deltas.take(standpoint.sent)
 
     def position(self) -> Position:
-        return Position(dict(self.progress), dict(self._parts), self._text)
+        return Position(dict(self.progress), dict(self._parts), self._text, self.sent())
+
+    def sent(self) -> DeltaState | None:
+        """With deltas, what it last sent of each key: one object for every subscription in the same state (its
+        identity is part of the share keys), never changed in place; None without deltas."""
+        return None if self._deltas is None else self._deltas.state
 
     def take(self, position: Position, delivered: int) -> None:
         """Stand at `position`, reached by feeding what this one would have been fed: `delivered` events (which
@@ -89,6 +119,8 @@ class Progress:
         self.progress = dict(position.progress)
         self._parts = dict(position.parts)
         self._text = position.text
+        if self._deltas is not None and position.sent is not None:
+            self._deltas.take(position.sent)
         self.delivered += delivered
 
 
@@ -105,10 +137,12 @@ class Subscription(Progress):
         starts: Mapping[int, int],
         options: SubscriptionOptions,
         log_batches: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`ends`: each partition's end as of subscribe time; `starts`: the first offset to be read.
-        `log_batches`: keep each delivered record and its size until `take_batch()`, for the delivery log."""
-        super().__init__(progress)
+        `log_batches`: keep each delivered record and its size until `take_batch()`, for the delivery log.
+        `clock`: the time conflation reads (the event loop's)."""
+        super().__init__(progress, log_batches=log_batches)
         self.options = options.shared()
         self._ends = dict(ends)
         self._reached: set[int] = {p for p, end in self._ends.items() if starts.get(p, end) >= end}
@@ -117,13 +151,22 @@ class Subscription(Progress):
             {p: {} for p in self._ends if p not in self._reached} if options.compacted else {}
         )
         self._caught_up_sent = not options.caught_up
-        self.batch: list[tuple[Record, int]] | None = [] if log_batches else None
+        self._conflation = Conflation(options.conflate_ms) if options.conflate_ms else None
+        self._deltas = Deltas(options.projection) if options.deltas else None
+        self._clock = clock
 
     @property
     def settled(self) -> bool:
         """Nothing held back and nothing still to announce: the output then depends only on the options, the
-        progress and the records, so subscriptions equal in those write the same bytes."""
-        return not self._held and self._caught_up_sent
+        progress and the records, so subscriptions equal in those write the same bytes. A conflating one never is:
+        what it sends depends on when it sent each key. (One sending deltas is: what it last sent of each key is part
+        of where it stands, `Position.sent`.)"""
+        return not self._held and self._caught_up_sent and self._conflation is None
+
+    def next_due(self) -> float | None:
+        """When a record conflation holds back is due (a `feed`, of nothing if need be, sends it), on the
+        subscription's clock; None if none is."""
+        return None if self._conflation is None else self._conflation.next_due()
 
     @property
     def reached_ends(self) -> bool:
@@ -148,17 +191,6 @@ class Subscription(Progress):
                 self._ends[partition] = 0
                 self._reached.add(partition)
                 self._text = None
-
-    def batch_length(self) -> int:
-        return 0 if self.batch is None else len(self.batch)
-
-    def take_batch(self) -> list[tuple[Record, int]]:
-        """The records delivered since the last call, each with the bytes its event took; empty if not kept."""
-        batch = self.batch
-        if not batch:
-            return []
-        self.batch = []
-        return batch
 
     def event_id(self, record: Record | None) -> bytes:
         etag = None if record is None else record.header("etag")
@@ -188,6 +220,11 @@ class Subscription(Progress):
         self.progress, self._parts = dict(self.progress), dict(self._parts)  # perhaps shared (`adopt`)
         if conflate:
             records = _latest_per_key(records)
+        if self._deltas is not None:
+            self._deltas.begin()
+        if self._conflation is not None and self._conflation.waiting:  # what waited goes before what is newer
+            for record in self._conflation.due(self._clock()):
+                self._emit(record, out)
         for record in records:
             partition, end = record.partition, self._ends.get(record.partition, 0)
             if partition in self._held and record.offset < end:
@@ -203,6 +240,8 @@ class Subscription(Progress):
             if partition not in self._reached:
                 self._reach(partition, out)
         out.append(self._caught_up_if_due())
+        if self._deltas is not None:
+            self._deltas.settle()
         return b"".join(out)
 
     def _reach(self, partition: int, out: list[bytes]) -> None:
@@ -214,12 +253,21 @@ class Subscription(Progress):
         self.progress[record.partition] = record.offset + 1
         self._parts[record.partition] = encode_pair(record.partition, record.offset + 1)
         self._text = None
-        if matches_any(self.options.filters, record):
-            event = b"id:" + self.event_id(record) + b"\n" + record.body
-            out.append(event)
-            self.delivered += 1
-            if self.batch is not None:
-                self.batch.append((record, len(event)))
+        if not matches_any(self.options.filters, record):
+            return
+        if self._conflation is None or self._conflation.admit(record, self._clock()):
+            self._emit(record, out)
+
+    def _emit(self, record: Record, out: list[bytes]) -> None:
+        projection = self.options.projection
+        body = record.body if projection is None else projection.body(record)
+        if self._deltas is not None:
+            body = self._deltas.body(record, body)
+        event = b"id:" + self.event_id(record) + b"\n" + body
+        out.append(event)
+        self.delivered += 1
+        if self.batch is not None:
+            self.batch.append((record, len(event)))
 
     def _caught_up_if_due(self) -> bytes:
         if self._caught_up_sent or len(self._reached) < len(self._ends):

@@ -1,6 +1,7 @@
 """Route filters compiled against a request's params (docs/contract.md §1, §7).
 
-Any filter matches; within one filter the key, every header and the value condition must all match.
+Any filter matches; within one filter the key, every header, the value condition and the expression must all match
+(the expression is evaluated last, and once per record however many streams share it: streams/routes/expressions.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from bindings.patterns import render
 from bindings.selectors import FilterSpec
 from streams.kafka.client import Record
+from streams.routes.expressions import ExpressionFilter, expression_filter
 
 _MISSING = object()
 
@@ -23,6 +25,7 @@ class CompiledFilter:
     headers: tuple[tuple[str, bytes], ...]
     value_path: tuple[str, ...] | None
     value_equals: str | None
+    expression: ExpressionFilter | None = None
 
     def matches(self, record: Record, value: Any) -> bool:
         """`value` is the record's value parsed as JSON (or _MISSING), parsed once for all filters."""
@@ -31,7 +34,9 @@ class CompiledFilter:
         for name, expected in self.headers:
             if not any(k == name and v == expected for k, v in record.headers):
                 return False
-        return self.value_path is None or _value_equals(value, self.value_path, self.value_equals or "")
+        if self.value_path is not None and not _value_equals(value, self.value_path, self.value_equals or ""):
+            return False
+        return self.expression is None or self.expression.matches(record)
 
 
 def _key_equals(record: Record, expected: bytes) -> bool:
@@ -64,6 +69,7 @@ def compile_filters(
             headers=tuple((name, render(value, params, guarded).encode()) for name, value in spec.headers),
             value_path=None if spec.value is None else tuple(spec.value.path.split(".")),
             value_equals=None if spec.value is None else render(spec.value.equals, params, guarded),
+            expression=None if not spec.expression else expression_filter(spec.expression, params, guarded),
         )
         for spec in specs
     )

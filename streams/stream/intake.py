@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from streams.codecs import sse
 from streams.stream.reader import StreamReader
@@ -54,6 +54,8 @@ class Intake:
         self.standing = Standing.CATCHING_UP
         self.shared_delivered = 0  # what the last direct write delivered, shared with the group
         self.shared_pending = False  # the window held more after it
+        self.wake: Callable[[], None] | None = None  # the pump's, for a record conflation holds back
+        self._due: asyncio.TimerHandle | None = None
 
     async def next(self) -> bytes:
         """The task's read, for its next write."""
@@ -64,6 +66,10 @@ class Intake:
             self.replayed += history_events
             self.standing = Standing.CATCHING_UP  # what the window no longer holds: a replay, live or not before
         data = history + self._read_shared()
+        due = self.subscription.next_due()
+        if due is not None and due <= self.loop.time():  # conflation's wait is over, and nothing new came
+            data += self.subscription.feed(())
+        self._arm()
         if self.injected:
             data, self.injected = self.injected + data, b""
         if self.keepalive_due and not data:
@@ -80,7 +86,10 @@ class Intake:
         # The options by identity (one object per value, `SubscriptionOptions.shared`): hashing the key for every
         # stream at every fan-out then runs no Python `__hash__`.
         options = id(self.subscription.options)
-        return (self.label, options, tuple(self.reader.cursors.items()), progress)
+        # With deltas, what it last sent of each key, by identity (one object per value, held by this pump or by
+        # the position it takes next, so the identity stays its while the key is kept).
+        sent = id(self.subscription.sent())
+        return (self.label, options, tuple(self.reader.cursors.items()), progress, sent)
 
     def lead(self) -> bytes:
         """The hub's read for a direct write, kept for the pumps in the same position that take it (`share`): what it
@@ -89,7 +98,28 @@ class Intake:
         data = self._read_cache()
         self.shared_pending = self.reader.pending()
         self.shared_delivered = self.subscription.delivered - before
+        self._arm()
         return data
+
+    def stop(self) -> None:
+        """No more wake-ups for what conflation holds back."""
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
+
+    def _arm(self) -> None:
+        """Wake the pump when the first record conflation holds back is due: no record may arrive to carry it."""
+        due = self.subscription.next_due()
+        if due is None or self.wake is None or (self._due is not None and self._due.when() <= due):
+            return
+        if self._due is not None:
+            self._due.cancel()
+        self._due = self.loop.call_at(due, self._fire)
+
+    def _fire(self) -> None:
+        self._due = None
+        if self.wake is not None:
+            self.wake()
 
     def account(self, clients: int) -> None:
         """Log the events of the last write, which went to `clients` clients (a fan-out group writes once)."""

@@ -14,11 +14,21 @@ from streams.hub.hub import Hub
 from streams.hub.topic_state import TopicState
 from streams.routes.filters import compile_filters
 from streams.routes.matching import Match
+from streams.routes.projection import projection
 from streams.telemetry.counters import StreamStats
 from streams.telemetry.delivery_log import DeliveryLog, StreamRow, user_agent_family
 from streams.telemetry.delivery_schema import Start
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """What a stream sends of each record, from its route and what its request asked (streams/edge/asks.py)."""
+
+    fields: tuple[str, ...] = ()  # JSON Pointers: the parts of each value sent; none: all of it
+    conflate_ms: int = 0  # at most one event per key per interval (0: every event)
+    delta: str = ""  # "merge-patch": a key's value whole once, then patches when shorter (key-form ids)
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,7 @@ async def open_subscription(
     *,
     stats: StreamStats,
     log_batches: bool = False,
+    shaping: Shaping = Shaping(),  # frozen: one shared default is safe
 ) -> Opened:
     """Where each partition starts, and the subscription that turns its records into events."""
     route: RouteSpec = matched.route
@@ -51,9 +62,12 @@ async def open_subscription(
     positions = await hub.positions(state, resumed=resumed, start=route.start, since_ms=since_ms)
     options = SubscriptionOptions(
         filters=compile_filters(route.filters, matched.params, matched.guarded),
-        key_form=route.event_id == EVENT_ID_KEY_AND_ETAG,
+        key_form=route.event_id == EVENT_ID_KEY_AND_ETAG or bool(shaping.delta),  # a patch's id names its key
         compacted=state.info.compacted,
         caught_up=route.caught_up,
+        projection=projection(shaping.fields),
+        conflate_ms=shaping.conflate_ms,
+        deltas=bool(shaping.delta),
     )
     subscription = Subscription(
         positions.plan.progress, ends=positions.ends, starts=positions.starts, options=options, log_batches=log_batches

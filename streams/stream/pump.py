@@ -205,6 +205,7 @@ class Pump(DirectWrites):
         self.waiter = asyncio.Event()
         reader = StreamReader(hub.cache, hub.kafka, state, subscription, starts)
         intake = Intake(reader, label, log if log is not None and log.enabled else None, loop)
+        intake.wake = self.waiter.set
         super().__init__(Output(send, flow, loop), intake, reader, wake=self.waiter.set)
         self.keepalive: KeepAlive | None = None
         self.state = self.reader.state = hub.attach(state, starts, self)
@@ -244,6 +245,7 @@ class Pump(DirectWrites):
     def stop(self) -> None:
         """Nothing more goes out, not even from the hub's direct writes or a keep-alive."""
         self.phase = Phase.STOPPED
+        self.intake.stop()
         if self.keepalive is not None:
             self.keepalive.cancel()
 

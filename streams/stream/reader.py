@@ -100,8 +100,9 @@ class StreamReader:
 
     def shared_key(self) -> tuple[object, ...] | None:
         """What a read from here depends on besides the route (streams/hub/shared_reads.py), or None when it depends on
-        more: the history is being read, or the subscription holds records back."""
-        if self.replay.history is not None or not self.subscription.settled:
+        more: the history is being read, the subscription holds records back, or it sends deltas (a kept read
+        would have to keep the state it was read from too)."""
+        if self.replay.history is not None or not self.subscription.settled or self.subscription.sent() is not None:
             return None
         return (self.subscription.options, tuple(self.cursors.items()), tuple(self.subscription.progress.items()))
 

@@ -35,6 +35,7 @@ def route_form(**fields: Any) -> dict[str, Any]:
         "event_id": "${etag}",
         "start": "historical",
         "slow_client": "close",
+        "conflate_ms": 0,
         "endpoint": default_endpoint(),
         **fields,
     }

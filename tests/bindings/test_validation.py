@@ -173,11 +173,11 @@ def test_a_path_lacking_params_of_several_templates_names_them_all() -> None:
 @pytest.mark.parametrize(
     ("spec", "errors"),
     [
-        ({}, {"filters[0]": ["A filter needs a key, a header or a value condition."]}),
+        ({}, {"filters[0]": ["A filter needs a key, a header, a value condition or an expression."]}),
         ("key", {"filters[0]": ["A filter is an object with a key, headers and/or a value."]}),
         (
             {"key": "k", "other": 1},
-            {"filters[0].other": ["Unknown field; known: key, headers, value."]},
+            {"filters[0].other": ["Unknown field; known: key, headers, value, expression."]},
         ),
         ({"key": 1}, "filters[0].key"),
         ({"key": "${params.id}"}, {"filters[0].key": ["${params.id} is not declared by the path pattern /items."]}),

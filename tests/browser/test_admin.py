@@ -112,3 +112,63 @@ def test_a_guarded_routes_preview_sends_the_token_in_a_header_and_says_why_it_is
     assert sent == [(f"{daphne_url}/{name}", "Bearer not-a-jwt"), (f"{daphne_url}/{name}", f"Bearer {good}")]
     assert "token: async () => getToken()" in snippet
     assert good not in snippet
+
+
+def test_the_preview_asks_for_fewer_fields_and_deltas_and_shows_whole_values(
+    daphne_url: str, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]]
+) -> None:
+    topic, name = new_topic(), unique("shaped-route")
+    route = do_put_route(name=name, path=f"/{name}", topic=topic, fields=["/price", "/item/name"])
+    username = operator()
+    then = reverse("admin:bindings_route_change", args=[route.pk])
+
+    def scenario(page: Page) -> tuple[str, list[str], str]:
+        sign_in(page, daphne_url, username, then)
+        page.fill("#preview-fields", "/price")
+        page.check("#preview-delta")
+        page.dispatch_event("#preview-delta", "input")
+        snippet = page.inner_text("#preview-snippet")
+        page.click("#preview-connect")
+        page.wait_for_function("document.getElementById('preview-state').textContent === 'open'", timeout=10_000)
+        for price in (1, 2, 3):
+            produce(topic, f'{{"price": {price}, "item": {{"name": "tea"}}, "pad": "{"x" * 200}"}}'.encode(), key=b"k")
+        page.wait_for_function("document.getElementById('preview-count').textContent === '3'", timeout=10_000)
+        shown = page.locator("#preview-events li").all_inner_texts()
+        page.fill("#preview-fields", "/pad")  # not one of the route's fields
+        page.click("#preview-connect")
+        page.wait_for_function(
+            "document.getElementById('preview-state').textContent.startsWith('closed (refused 400')", timeout=10_000
+        )
+        return snippet, shown, page.inner_text("#preview-state")
+
+    snippet, shown, refused = in_browser(scenario)
+    assert f'new SseClient("{daphne_url}/{name}?fields=%2Fprice", {{' in snippet
+    assert 'delta: "merge-patch"' in snippet
+    assert [text.split("] ", 1)[1] for text in shown] == ['{"price":1}', '{"price":2}', '{"price":3}']
+    assert "'/pad' is not one of this route's fields" in refused
+
+
+def test_the_preview_shows_what_the_route_does_to_the_topics_recent_records(
+    daphne_url: str, new_topic: Callable[..., str], produce: Callable[..., tuple[int, int]]
+) -> None:
+    topic, name = new_topic(), unique("recent-route")
+    filters = [{"expression": "value.price > 1"}]
+    route = do_put_route(name=name, path=f"/{name}", topic=topic, fields=["/price"], filters=filters)
+    for price in (1, 2):
+        produce(topic, f'{{"price": {price}, "name": "tea"}}'.encode(), key=b"k")
+    username = operator()
+    then = reverse("admin:bindings_route_change", args=[route.pk])
+
+    def scenario(page: Page) -> list[list[str]]:
+        sign_in(page, daphne_url, username, then)
+        page.click("#preview-recent")
+        page.wait_for_function(
+            "document.getElementById('preview-recent-state').textContent.startsWith('2 records')", timeout=10_000
+        )
+        return [row.locator("td").all_inner_texts() for row in page.locator("#preview-recent-table tbody tr").all()]
+
+    rows = in_browser(scenario)
+    assert [row[2:] for row in rows] == [
+        ['{"price": 1, "name": "tea"}', "filtered out", ""],
+        ['{"price": 2, "name": "tea"}', "sent", '{"price":2}'],
+    ]

@@ -24,6 +24,12 @@ export interface SseClientOptions {
   retryMs?: number;
   /** The longest wait between attempts, in ms. Default 30000. */
   maxRetryMs?: number;
+  /**
+   * "merge-patch": ask for deltas (`?delta=merge-patch`). The server then sends a key's value whole once and after
+   * that, when shorter, an RFC 7396 JSON Merge Patch from the value it last sent; the client applies each patch to
+   * the value it holds for the key and hands the page the whole value as a `message` event, as without deltas.
+   */
+  delta?: "merge-patch";
 }
 
 /** A refusal or a failure, with the RFC 9457 problem fields of the server's answer when there is one. */
@@ -71,6 +77,11 @@ export interface SseClientEventMap {
   /** `data` is JSON: {"partitions":[{"partition":p,"requested":o,"earliest":e}]}. */
   reset: MessageEvent<string>;
   "caught-up": MessageEvent<string>;
+  /**
+   * With `delta`: a patch for a key the client holds no value of, handed on as it came (the platform sends none;
+   * every other patch is applied and arrives as a `message` with the whole value).
+   */
+  patch: MessageEvent<string>;
   /** The client answers it itself; a `renewal` event follows. */
   challenge: MessageEvent<string>;
   /**

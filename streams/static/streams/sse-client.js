@@ -4,7 +4,9 @@
 // EventSource cannot send headers, so a guarded stream is read with fetch and a streaming body: the token goes in
 // `authorization`, never in the URL. Unguarded streams use EventSource itself. Either way the client resumes from
 // the last event id (docs/contract.md §4), answers `challenge` events with a token from the page (§6), and stops
-// with the server's problem fields when a stream is refused for good (§2) or its token is revoked (§6).
+// with the server's problem fields when a stream is refused for good (§2) or its token is revoked (§6). With
+// `delta: "merge-patch"` it asks for deltas (§7) and applies each `patch` to the value it holds for the event's key,
+// so the page gets whole values as `message` events all the same.
 
 import { SseParser } from "./sse-parser.js";
 
@@ -57,9 +59,10 @@ export class SseClient extends EventTarget {
   #source = null;
   #timer = null;
   #wake = null;
+  #values = null; // with deltas: each key's last whole value (the key as the key-form id names it)
 
   constructor(url, { token, transport = "auto", lastEventId = "", withCredentials = false, retryMs = 2000,
-    maxRetryMs = 30000 } = {}) {
+    maxRetryMs = 30000, delta } = {}) {
     super();
     if (token !== undefined && typeof token !== "function" && (typeof token !== "string" || token === "")) {
       throw new TypeError("SseClient: `token` is a non-empty string or a function that returns one");
@@ -75,7 +78,16 @@ export class SseClient extends EventTarget {
       if (!Number.isInteger(value) || value <= 0) throw new TypeError(`SseClient: \`${name}\` is a positive integer`);
     }
     if (typeof lastEventId !== "string") throw new TypeError("SseClient: `lastEventId` is a string");
-    this.#url = new URL(url, globalThis.location?.href).href;
+    if (delta !== undefined && delta !== "merge-patch") {
+      throw new TypeError(`SseClient: \`delta\` is "merge-patch" or left out, not ${JSON.stringify(delta)}`);
+    }
+    const address = new URL(url, globalThis.location?.href);
+    if (delta !== undefined) {
+      address.searchParams.set("delta", delta);
+      this.#values = new Map();
+      this.#types.add("patch");
+    }
+    this.#url = address.href;
     this.#transport = transport === "auto" ? (token === undefined ? "eventsource" : "fetch") : transport;
     this.#token = token;
     this.#credentials = withCredentials ? "include" : "same-origin";
@@ -165,9 +177,10 @@ export class SseClient extends EventTarget {
     }
   }
 
-  #deliver({ type, data, lastEventId }) {
+  #deliver({ type: sent, data: given, lastEventId }) {
     if (this.#readyState === CLOSED) return;
     this.#lastEventId = lastEventId;
+    const [type, data] = this.#whole(sent, given, lastEventId);
     this.dispatchEvent(new MessageEvent(type, { data, lastEventId, origin: new URL(this.#url).origin }));
     if (type === "challenge") this.#renew(data);
     else if (type === "revoked") this.#fail(revocation(data));
@@ -240,10 +253,37 @@ export class SseClient extends EventTarget {
   #relay = (event) => {
     if (this.#readyState === CLOSED || event.target !== this.#source) return;
     this.#lastEventId = event.lastEventId;
-    const { data, lastEventId, origin } = event;
-    this.dispatchEvent(new MessageEvent(event.type, { data, lastEventId, origin }));
+    const { lastEventId, origin } = event;
+    const [type, data] = this.#whole(event.type, event.data, lastEventId);
+    this.dispatchEvent(new MessageEvent(type, { data, lastEventId, origin }));
     if (event.type === "revoked") this.#fail(revocation(data)); // before the browser reconnects into the 401
   };
+
+  /**
+   * With deltas, what the page gets of an event: a `patch` applied to its key's last value, as a `message` with the
+   * whole value; a `message` or `delete` recorded as its key's value. A patch for a key without a value (none can
+   * come from the platform) is handed on as it is. Without deltas, the event as it came.
+   */
+  #whole(type, data, lastEventId) {
+    const values = this.#values;
+    if (values === null) return [type, data];
+    const key = keyOf(lastEventId);
+    if (key === null) return [type, data];
+    if (type === "patch") {
+      if (!values.has(key)) return [type, data];
+      const value = mergePatch(values.get(key), JSON.parse(data));
+      values.set(key, value);
+      return ["message", JSON.stringify(value)];
+    }
+    if (type === "message") {
+      const value = jsonObject(data);
+      if (value === undefined) values.delete(key);
+      else values.set(key, value);
+    } else if (type === "delete") {
+      values.delete(key);
+    }
+    return [type, data];
+  }
 
   /** EventSource hides why it gave up: ask once with fetch, then stop with the problem or try again later. */
   async #diagnose() {
@@ -317,6 +357,38 @@ export class SseClient extends EventTarget {
       this.addEventListener(type, handler);
     }
   }
+}
+
+/** The key a key-form event id names (`["<base64url key>","<etag id>"]`), or null. */
+function keyOf(lastEventId) {
+  if (!lastEventId.startsWith("[")) return null;
+  try {
+    const [key] = JSON.parse(lastEventId);
+    return typeof key === "string" ? key : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The JSON object `data` holds, or undefined. */
+function jsonObject(data) {
+  try {
+    const value = JSON.parse(data);
+    return value !== null && typeof value === "object" && !Array.isArray(value) ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** RFC 7396: `patch` applied to `target`; a null member removes, an object merges, anything else replaces. */
+function mergePatch(target, patch) {
+  if (patch === null || typeof patch !== "object" || Array.isArray(patch)) return patch;
+  const result = target !== null && typeof target === "object" && !Array.isArray(target) ? { ...target } : {};
+  for (const [name, value] of Object.entries(patch)) {
+    if (value === null) delete result[name];
+    else result[name] = mergePatch(result[name], value);
+  }
+  return result;
 }
 
 function asError(caught) {

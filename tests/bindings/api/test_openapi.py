@@ -62,7 +62,7 @@ def test_it_describes_a_route_as_the_api_shows_it(schema: dict[str, Any]) -> Non
     assert route["required"] == list(route["properties"])
     assert "guarded" in route["required"]
     assert route["properties"]["filters"]["items"] == {"$ref": "#/components/schemas/FilterSpec"}
-    assert set(components["FilterSpec"]["properties"]) == {"key", "headers", "value"}
+    assert set(components["FilterSpec"]["properties"]) == {"key", "headers", "value", "expression"}
     assert components["FilterSpec"]["properties"]["key"]["nullable"] is True
     assert set(components["FilterValue"]["properties"]) == {"path", "equals"}
     request = components["RouteRequest"]

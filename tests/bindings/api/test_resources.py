@@ -21,14 +21,16 @@ ITEMS: dict[str, Any] = {
     "topic": "items-${params.id}",
     "paths": ["/items/{id}"],
     "filters": [
-        {"key": "${params.id}", "headers": {"tag": "x"}, "value": None},
-        {"key": None, "headers": {}, "value": {"path": "status", "equals": "open"}},
+        {"key": "${params.id}", "headers": {"tag": "x"}, "value": None, "expression": ""},
+        {"key": None, "headers": {}, "value": {"path": "status", "equals": "open"}, "expression": ""},
     ],
     "event_id": "${etag}",
     "start": "historical",
     "caught_up": False,
     "slow_client": "close",
     "guarded": {},
+    "fields": [],
+    "conflate_ms": 0,
 }
 
 

@@ -149,8 +149,8 @@ def test_a_dry_run_writes_nothing_and_reports_the_diff() -> None:
         "north-sse-server": {"retry_ms": (3000, 5000)},
         "north-sse-kafka-mapping-1": {
             "filters": (
-                [{"key": "${params.key}", "headers": {"tag": "blue"}, "value": None}],
-                [{"key": "${params.key}", "headers": {"tag": "red"}, "value": None}],
+                [{"key": "${params.key}", "headers": {"tag": "blue"}, "value": None, "expression": ""}],
+                [{"key": "${params.key}", "headers": {"tag": "red"}, "value": None, "expression": ""}],
             )
         },
     }
@@ -204,7 +204,7 @@ UNKNOWN_GUARD = ZILLA_YAML.replace("      - when:\n          - path: /items\n", 
     [
         (NO_TOPIC, f"{PROXY}.routes[0].with.topic", "`with.topic` is required"),
         (NO_PATH, f"{PROXY}.routes[0].when", "paths"),
-        (UNKNOWN_KEY, f"{PROXY}.routes[0].with.guarded_by", "Unknown field; known: caught_up, event"),
+        (UNKNOWN_KEY, f"{PROXY}.routes[0].with.guarded_by", "Unknown field; known: caught_up, conflate_ms, event"),
         (BAD_EVENT_ID, f"{PROXY}.routes[0].with.event.id", "not '${key}'"),
         (BAD_PATTERN, f"{PROXY}.routes[0].when[0].path", "{name}"),
         (BAD_HEADER, f"{PROXY}.routes[1].with.filters[0].headers", "'tag'"),
