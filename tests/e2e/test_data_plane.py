@@ -131,7 +131,9 @@ def test_one_kafka_consumer_serves_200_subscribers(
     try:
         wait_until(lambda: health(daphne_url)["subscriptions"] == before["subscriptions"] + 200, timeout=30)
         during = health(daphne_url)
-        assert during["kafka_consumers"] == 1
+        # A worker has one consumer for plain topics and, once a decoded topic is read, one for those; these two
+        # topics are plain, so their 200 subscribers add none (earlier tests on this server may have started both).
+        assert during["kafka_consumers"] == max(before["kafka_consumers"], 1)
         assert during["fetch_streams"] == before["fetch_streams"] + 4  # partitions, not clients
         for topic in topics:
             produce(topic, b"hello", partition=1)
