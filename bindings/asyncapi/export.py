@@ -101,7 +101,13 @@ def export_asyncapi(server_url: str, *, title: str = "SSE over Kafka", version: 
                 "summary": f"Subscribe with EventSource to {condition.path}",
                 "messages": [{"$ref": f"#/channels/{channel_id}/messages/{name}"} for name in messages],
                 "bindings": {
-                    "http": {"method": "GET", "query": _query(guarded=bool(guarded)), "bindingVersion": "0.3.0"}
+                    "http": {
+                        "method": "GET",
+                        "query": _query(
+                            guarded=bool(guarded), fields=list(route.fields), conflate_ms=route.conflate_ms
+                        ),
+                        "bindingVersion": "0.3.0",
+                    }
                 },
             }
             if guarded:
@@ -226,6 +232,17 @@ def _messages(
             },
         },
     }
+    messages["patch"] = {
+        "name": "patch",
+        "title": "A change of a key's value",
+        "summary": (
+            "`event:patch`, only with `?delta=merge-patch`: an RFC 7396 JSON Merge Patch from the value this stream "
+            "last sent for the event id's key to the record's value. The event id always takes the key form."
+        ),
+        "contentType": "application/merge-patch+json",
+        "headers": _sse_fields("patch", EVENT_ID_KEY_AND_ETAG),
+        "payload": {"type": "object", "description": "Applied to the key's last value, it gives the record's."},
+    }
     if caught_up:
         messages["caught-up"] = {
             "name": "caught-up",
@@ -283,10 +300,33 @@ def _revoked_message() -> dict[str, Any]:
     }
 
 
-def _query(*, guarded: bool) -> dict[str, Any]:
+def _query(*, guarded: bool, fields: list[str], conflate_ms: int) -> dict[str, Any]:
+    """The query parameters a route's stream takes, the shaping ones (docs/contract.md §7) with its bounds."""
     properties: dict[str, Any] = {
         "lastEventId": {"type": "string", "description": "Resume after this event id, if no Last-Event-ID header."},
         "since": {"type": "string", "description": "Start at this time instead: ISO-8601, or epoch milliseconds."},
+        "fields": {
+            "type": "string",
+            "description": (
+                "Keep only these parts of each JSON value: JSON Pointers, comma-separated or the parameter repeated"
+                + (f"; each one of the route's: {', '.join(f'`{field}`' for field in fields)}" if fields else "")
+                + ". Anything else is a 400."
+            ),
+        },
+        "conflate_ms": {
+            "type": "integer",
+            "minimum": conflate_ms,
+            "description": (
+                "At most one event per key per this many milliseconds, the key's latest value"
+                + (f"; at least the route's {conflate_ms}" if conflate_ms else "")
+                + "."
+            ),
+        },
+        "delta": {
+            "type": "string",
+            "enum": ["merge-patch"],
+            "description": "Per key, the first value whole, then `event:patch` events (RFC 7396) when shorter.",
+        },
     }
     if guarded:
         properties["access_token"] = {"type": "string", "description": "The JWT, if not in an authorization header."}

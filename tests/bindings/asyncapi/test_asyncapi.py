@@ -71,6 +71,8 @@ def make_routes() -> None:
         start="live",
         caught_up=True,
         slow_client="conflate",
+        fields=["/item/status", "/price"],
+        conflate_ms=250,
         endpoint="eu",
         position=1,
     )
@@ -124,9 +126,9 @@ def test_each_path_is_a_channel_with_its_parameters_and_a_receive_operation() ->
 def test_messages_say_what_a_stream_sends_and_how_ids_resume() -> None:
     make_routes()
     channels = export_asyncapi("https://sse.example.com")["channels"]
-    assert list(channels["items"]["messages"]) == ["event", "delete", "reset"]  # no caught-up, no guard
-    assert list(channels["orders"]["messages"]) == ["event", "delete", "reset", "caught-up"]
-    assert list(channels["mine"]["messages"]) == ["event", "delete", "reset", "challenge", "revoked"]  # guarded
+    assert list(channels["items"]["messages"]) == ["event", "delete", "reset", "patch"]  # no caught-up, no guard
+    assert list(channels["orders"]["messages"]) == ["event", "delete", "reset", "patch", "caught-up"]
+    assert list(channels["mine"]["messages"]) == ["event", "delete", "reset", "patch", "challenge", "revoked"]
     for message in ("delete", "reset", "caught-up"):
         assert channels["orders"]["messages"][message]["headers"]["properties"]["event"]["const"] == message
     items_id = channels["items"]["messages"]["event"]["headers"]["properties"]["id"]["description"]
@@ -136,6 +138,25 @@ def test_messages_say_what_a_stream_sends_and_how_ids_resume() -> None:
     for description in (items_id, orders_id):
         assert "0x01" in description
         assert "Last-Event-ID" in description
+
+
+def test_a_shaped_route_says_which_fields_and_intervals_a_client_may_ask_and_what_a_patch_is() -> None:
+    do_put_route(name="prices", path="/prices", topic="prices", fields=["/price", "/item/name"], conflate_ms=500)
+    do_put_route(name="plain", path="/plain", topic="plain", position=1)
+    document = export_asyncapi("https://sse.example.com")
+    validate(document)
+    shaped = document["operations"]["receive-prices"]["bindings"]["http"]["query"]["properties"]
+    plain = document["operations"]["receive-plain"]["bindings"]["http"]["query"]["properties"]
+    assert "`/price`, `/item/name`" in shaped["fields"]["description"]
+    assert "`/price`" not in plain["fields"]["description"]
+    assert shaped["conflate_ms"]["minimum"] == 500  # a shorter interval than the route's is a 400
+    assert plain["conflate_ms"]["minimum"] == 0
+    assert shaped["delta"]["enum"] == plain["delta"]["enum"] == ["merge-patch"]
+    patch = document["channels"]["prices"]["messages"]["patch"]
+    assert patch["contentType"] == "application/merge-patch+json"
+    assert patch["headers"]["properties"]["event"]["const"] == "patch"
+    assert "base64url key" in patch["headers"]["properties"]["id"]["description"]  # patches name their key
+    assert document["channels"]["prices"]["x-sse-kafka"]["conflate-ms"] == 500
 
 
 def test_a_guarded_route_refers_to_a_bearer_jwt_scheme_and_names_its_roles() -> None:
@@ -159,8 +180,8 @@ def test_a_guarded_route_may_end_with_revoked_described_as_the_server_sends_it()
     document = export_asyncapi("https://sse.example.com")
     validate(document)
     channels = document["channels"]
-    assert list(channels["open"]["messages"]) == ["event", "delete", "reset"]  # no token, nothing to revoke
-    assert list(channels["guarded"]["messages"]) == ["event", "delete", "reset", "revoked"]
+    assert list(channels["open"]["messages"]) == ["event", "delete", "reset", "patch"]  # no token, nothing to revoke
+    assert list(channels["guarded"]["messages"]) == ["event", "delete", "reset", "patch", "revoked"]
     operation = document["operations"]["receive-guarded"]
     assert {"$ref": "#/channels/guarded/messages/revoked"} in operation["messages"]
     assert "urn:sse-kafka-platform:problem:token-revoked" in operation["description"]
