@@ -108,19 +108,29 @@ def answered_over_http1(port: int) -> bool:
 
 
 def tls_handshake_succeeds(port: int) -> bool:
+    """Whether a TLS handshake completes on a new connection. The handshake runs over memory buffers: wrapping the
+    socket itself reads from it at once, and a connection the server reset by then raised out of `wrap_socket`,
+    leaving the half-built TLS socket's descriptor open."""
     try:
         raw = socket.create_connection((HOST, port), timeout=5)
     except OSError:  # refused as soon as accepted, even before the connect returned
         return False
     with raw:
-        tls = tls_context(["h2"]).wrap_socket(raw, server_hostname="localhost", do_handshake_on_connect=False)
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = tls_context(["h2"]).wrap_bio(incoming, outgoing, server_hostname="localhost")
         try:
-            tls.do_handshake()
-        except OSError:
+            while True:
+                try:
+                    tls.do_handshake()
+                    return True
+                except ssl.SSLWantReadError:
+                    raw.sendall(outgoing.read())
+                    data = raw.recv(65536)
+                    if not data:
+                        return False
+                    incoming.write(data)
+        except (OSError, ssl.SSLError):
             return False
-        finally:
-            tls.close()
-    return True
 
 
 def test_connections_past_the_per_address_cap_are_closed_on_either_port() -> None:
@@ -140,6 +150,7 @@ def test_connections_past_the_per_address_cap_are_closed_on_either_port() -> Non
             assert not tls_handshake_succeeds(web.tls_port)
             held.pop().close()
             assert wait_until(lambda: answered_over_http1(port))  # a connection closed makes room for another
+            assert wait_until(lambda: tls_handshake_succeeds(web.tls_port))  # on either port
         finally:
             tls.close()
             for sock in held:
