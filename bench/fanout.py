@@ -694,7 +694,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=json.loads,
         help="also run each cell against the route with these options, alternating, and print the ratios: JSON\n"
         "with `route` (more arguments of do_put_route) and `query` (what the streams' URLs end with), e.g.\n"
-        '\'{"route": {"filters": [{"expression": "value.s % 2 == 0"}]}}\'',
+        '\'{"route": {"filters": [{"expression": "value.s %% 2 == 0"}]}}\'',
     )
     parser.add_argument("--key", default="", help="every message's key, for conflation on one hot key (default none)")
     harness.add_server_args(parser, processes=1)
