@@ -145,15 +145,10 @@ def render_ratios(rows: list[Row]) -> str:
                 pairs,
             )
         )
-    # Each shaped row with the plain row of the same scenario that ran next to it (the n-th of each).
+    # Each shaped row with the plain row that ran next to it: the n-th of each (with `plain_rate` their names differ).
     shaped = [r for r in rows if r.scenario.startswith(SHAPED)]
     plain = [r for r in rows if not r.scenario.startswith((BASELINE, SHAPED))]
-    pairs = []
-    for row in shaped:
-        match = next((p for p in plain if p.scenario == row.scenario.removeprefix(SHAPED)), None)
-        if match is not None:
-            plain.remove(match)
-            pairs.append((row, match))
+    pairs = list(zip(shaped, plain, strict=False)) if len(shaped) == len(plain) else []
     if pairs:
         tables.append(
             ratio_table(
@@ -410,6 +405,7 @@ def connect_budget(clients: int) -> float:
 
 
 def run_cell(opts: Options, clients: int, rate: int, *, coalescing_off: bool = False, values: str = "json") -> Row:
+    rate = opts.rate or rate
     name = f"{clients}x{rate}" + (" no-coalesce" if coalescing_off else "") + (" avro" if values == "avro" else "")
     row = Row(name, clients=str(clients), rate=str(rate), demand=clients * rate)
     extra_env = {"SSE_COALESCE_MS": "0"} if coalescing_off else {}
@@ -693,7 +689,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--shaped",
         type=json.loads,
         help="also run each cell against the route with these options, alternating, and print the ratios: JSON\n"
-        "with `route` (more arguments of do_put_route) and `query` (what the streams' URLs end with), e.g.\n"
+        "with `route` (more arguments of do_put_route), `query` (what the streams' URLs end with) and\n"
+        "`plain_rate` (the plain route's topic rate, msg/s, when it should deliver what the shaped one does), e.g.\n"
         '\'{"route": {"filters": [{"expression": "value.s %% 2 == 0"}]}}\'',
     )
     parser.add_argument("--key", default="", help="every message's key, for conflation on one hot key (default none)")
@@ -726,7 +723,8 @@ def servers_for(opts: Options, args: argparse.Namespace, index: int, kind: str, 
     one scenario to the next."""
     if args.shaped is not None and kind == "cell":
         shaped = dataclasses.replace(opts, route=args.shaped.get("route", {}), query=args.shaped.get("query", ""))
-        return [shaped, opts] if index % 2 == 0 else [opts, shaped]
+        plain = dataclasses.replace(opts, rate=args.shaped.get("plain_rate"))
+        return [shaped, plain] if index % 2 == 0 else [plain, shaped]
     platforms = harness.configurations(opts, args.configs, index)
     json_cell = kind == "cell" and (what[2] if len(what) > 2 else "json") == "json"
     if not args.baseline or not (json_cell or kind == "storm"):

@@ -317,6 +317,7 @@ class Options:
     route: dict[str, Any] = field(default_factory=dict)  # more of the route (do_put_route's arguments): --shaped
     query: str = ""  # what each stream's URL ends with (`?delta=merge-patch`): --shaped
     key: str = ""  # every message's key (a hot key): --key
+    rate: int | None = None  # the topic rate of a cell instead of its scenario's: --shaped's `plain_rate`
 
 
 EDGES = ("none", "haproxy", "nginx")
