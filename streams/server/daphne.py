@@ -35,6 +35,7 @@ from config.logs import log_access
 from streams.server import collector
 from streams.server.bodies import BoundedHTTPFactory
 from streams.server.forwarded import ClientOrigin, parse_networks
+from streams.server.inbox import Inboxes
 from streams.server.reaping import ReapOnChange
 
 FLOW_EXTENSION = "sse.flow"
@@ -173,7 +174,7 @@ def _framed(data: bytes) -> bytes:
     return framed
 
 
-class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
+class FlowControlServer(ReapOnChange, Inboxes, Server):  # type: ignore[misc]
     """daphne's server, registering a `Flow` on every HTTP request and setting its client from the edge."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
