@@ -23,6 +23,7 @@ from streams.server.daphne import Flow
 from streams.stream.intake import Intake, Standing
 from streams.stream.reader import ReaderStandpoint, StreamReader
 from streams.stream.slow_client import Drained, SlowClientPolicy
+from streams.stream.wakeup import Wakeup
 from streams.telemetry.counters import StreamStats
 from streams.telemetry.delivery_log import DeliverySink
 
@@ -202,7 +203,7 @@ class Pump(DirectWrites):
         self.label = label  # the route, for logs and the delivery log
         self.loop = loop = asyncio.get_running_loop()
         self.policy = SlowClientPolicy(conflate=conflate, stats=stats or StreamStats())
-        self.waiter = asyncio.Event()
+        self.waiter = Wakeup()
         reader = StreamReader(hub.cache, hub.kafka, state, subscription, starts)
         intake = Intake(reader, label, log if log is not None and log.enabled else None, loop)
         intake.wake = self.waiter.set

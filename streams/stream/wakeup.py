@@ -1,0 +1,45 @@
+"""A pump's wake-up: what `asyncio.Event` does for the one task that waits on it, holding no future while
+nobody waits.
+
+Every open stream has one, mostly waited on by its parked pump; an `asyncio.Event` allocates a deque of 64 slots
+for its waiters at once (760 bytes) and keeps it for good (docs/benchmarks.md, "Memory per idle stream"). This
+holds a flag and, while its task waits, one future.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class Wakeup:
+    """Set, clear, wait: `asyncio.Event`'s interface, for one waiting task at a time (a pump's own)."""
+
+    __slots__ = ("_flag", "_waiter")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        if self._flag:
+            return
+        self._flag = True
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._flag = False
+
+    async def wait(self) -> None:
+        if self._flag:
+            return
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            if self._waiter is waiter:  # cancelled: nothing is kept for the next wait
+                self._waiter = None
