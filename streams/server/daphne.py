@@ -98,6 +98,10 @@ class Flow:
             return
         self.lost = True
         self.settle()
+        # Nothing more is written: let go of the request, which holds this flow as its producer when its client
+        # went mid-response (Twisted then never unregisters it). Kept, the two made a cycle that held the request,
+        # its transport and its headers until the collector's next review (streams/server/collector.py).
+        self.request = self._transport = None
         if self.on_lost is not None:
             self.on_lost()
 
@@ -150,7 +154,7 @@ class Flow:
         return True
 
     def abort(self) -> None:
-        """Drop the connection at once, buffered bytes and all."""
+        """Drop the connection at once, buffered bytes and all (nothing once its client is gone)."""
         self.closed = True
         self.settle()
         channel = getattr(self.request, "channel", None)

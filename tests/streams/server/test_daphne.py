@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -176,3 +177,18 @@ def test_a_wait_for_room_returns_once_the_connection_resumes_or_closes_and_holds
         return [waited, resumed._writable is None, stopped._writable is None]
 
     assert asyncio.run(scenario()) == [True, True, True]
+
+
+def test_a_flow_whose_client_went_mid_response_lets_go_of_its_request(
+    pair: tuple[tcp.Connection, http.Request, socket.socket],
+) -> None:
+    _transport, request, _client = pair
+    flow = Flow(request)
+    request.registerProducer(flow, True)  # type: ignore[no-untyped-call]
+    flow.write(b"12345")
+    flow.client_lost()  # Twisted never unregisters a producer whose connection was lost: the request keeps it
+    assert request.producer is flow
+    # No cycle between them: both go by reference counting, not at the collector's next review.
+    assert request not in gc.get_referents(flow)
+    assert request.sentLength == 5  # what went out directly was counted first
+    flow.abort()  # nothing to drop any more, and no error
