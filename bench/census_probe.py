@@ -10,8 +10,8 @@ SIGUSR1 then writes a census to `CENSUS_OUT`/census-<n>.*, n counting from 0:
 
 - `.snapshot`: `tracemalloc`'s snapshot (`Snapshot.dump`), every live block with where it was allocated;
 - `.json`: the objects the garbage collector tracks (containers: instances, dicts, lists, coroutines, futures...),
-  counted by type with their shallow sizes (`sys.getsizeof`), and the process's RSS; then `.done`, once both are
-  written.
+  counted by type with their shallow sizes (`sys.getsizeof`), and the process's RSS; with `CENSUS_HOLDERS` (type
+  names), what refers to a few objects of each of those types, by type; then `.done`, once both are written.
 
 The handler runs in the main thread (the event loop's) between two bytecodes, so the census sees the streams as
 they stand. Nothing is collected first: what the process holds is what it holds. Tracing allocations slows the
@@ -32,6 +32,9 @@ from types import FrameType
 
 FRAMES = int(os.environ.get("CENSUS_FRAMES", "30"))
 MODULE = os.environ.get("CENSUS_MODULE", "streams.server")
+# Types (module.qualname, comma-separated) whose holders a census lists: what refers to up to `SAMPLES` of them.
+HOLDERS = [name for name in os.environ.get("CENSUS_HOLDERS", "").split(",") if name]
+SAMPLES = 20
 OUT = Path(os.environ.get("CENSUS_OUT", "census"))
 
 
@@ -64,10 +67,24 @@ class Census:
             entry = counts.setdefault(type_name(type(obj)), [0, 0])
             entry[0] += 1
             entry[1] += sys.getsizeof(obj)
+        holders: dict[str, dict[str, int]] = {}
+        for name in HOLDERS:
+            found = [obj for obj in objects if type_name(type(obj)) == name][:SAMPLES]
+            kinds = holders[name] = {}
+            for obj in found:
+                for holder in gc.get_referrers(obj):
+                    if holder is objects or holder is found:
+                        continue
+                    kind = type_name(type(holder))
+                    if isinstance(holder, dict):  # an instance's attributes: say whose
+                        owners = [o for o in gc.get_referrers(holder) if getattr(o, "__dict__", None) is holder]
+                        kind = f"dict of {type_name(type(owners[0]))}" if owners else kind
+                    kinds[kind] = kinds.get(kind, 0) + 1
+            del found
         del objects
         snapshot.dump(str(base) + ".snapshot")
         traced, peak = tracemalloc.get_traced_memory()
-        body = {"types": counts, "rss_kib": rss_kib(), "traced": traced, "traced_peak": peak}
+        body = {"types": counts, "holders": holders, "rss_kib": rss_kib(), "traced": traced, "traced_peak": peak}
         Path(str(base) + ".json").write_text(json.dumps(body))
         Path(str(base) + ".done").write_text("")
 

@@ -170,6 +170,11 @@ def report(
     ranked = sorted(kinds.items(), key=lambda item: -item[1][1])[:top]
     rows = [(name, f"{count / n:.2f}", f"{size / n:.0f}") for name, (count, size) in ranked if abs(count / n) >= 0.01]
     lines += table("Objects the collector tracks, per stream (shallow sizes)", rows, ("type", "objects", "bytes"))
+    for label, body in (("B", body_b), ("C", body_c)):
+        for name, kinds in body.get("holders", {}).items():
+            if kinds:
+                said = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items(), key=lambda kc: -kc[1]))
+                lines += [f"- census {label}: what holds a sample of `{name}`: {said}", ""]
     left = diff(owners_c, owners_a)
     rows = [(where, f"{size / n:.0f}") for where, size in left.most_common(10) if size / n >= 1]
     if rows:
@@ -184,6 +189,7 @@ def run(opts: harness.Options, args: argparse.Namespace) -> str:
         "CENSUS_MODULE": "streams.server",
         "CENSUS_OUT": str(out),
         "CENSUS_FRAMES": str(args.frames),
+        "CENSUS_HOLDERS": args.holders,
     }
     sc = Scenario(opts, "census", start="live", server_env=env)
     try:
@@ -230,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=2000, help="idle streams held (default 2000)")
     parser.add_argument("--app-dir", type=Path, default=harness.ROOT, help="the checkout whose server runs")
     parser.add_argument("--frames", type=int, default=12, help="frames kept per traced allocation (default 12)")
+    parser.add_argument(
+        "--holders",
+        default="streams.server.bodies.BoundedRequest,streams.server.daphne.Flow",
+        help="types (module.qualname, comma-separated) whose holders each census lists",
+    )
     parser.add_argument("--top", type=int, default=25, help="rows per table")
     parser.add_argument("--batch", type=int, default=200, help="connections opened at once")
     args = parser.parse_args(argv)
