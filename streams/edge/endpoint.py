@@ -148,6 +148,13 @@ def with_request_id(send: Send, given: str) -> Send:
 class Stream:
     """One SSE response: checks the request, resolves the route, then pumps Kafka records to the client."""
 
+    # One per open stream, held as long as its client: no dict of its own (`__weakref__`: the revocations' set of
+    # ended streams holds them weakly).
+    __slots__ = (
+        "__weakref__", "cors", "grants", "lease", "path", "pump", "receive", "route", "runtime", "scope", "send",
+        "stop",
+    )  # fmt: skip
+
     def __init__(self, scope: Scope, receive: Receive, send: Send, runtime: Runtime) -> None:
         self.scope, self.receive, self.send = scope, receive, send
         self.runtime = runtime
@@ -227,6 +234,9 @@ class Stream:
         if isinstance(ticket, LimitReached):
             await self.problem(ticket.status, ticket.title, ticket.detail, reason=ticket.reason, headers=ticket.headers)
             return
+        # What only the checks above needed is not held by this frame for as long as the stream runs: the
+        # request's first message, the routes it matched, the authorisation.
+        del first, candidates, authorised
         try:
             await self.serve(matched, resume, asks, head_only=method == "HEAD")
         finally:
@@ -336,6 +346,9 @@ class Registration:
     """A stream's entries in its process while it streams: the open-streams count and list (it is ended when
     its route changes), its grants (renewed by challenge responses) and their lease, and its row in
     the delivery log, from its opening row to its closing row with the totals."""
+
+    # One per open stream: no dict of its own.
+    __slots__ = ("route", "row", "runtime", "stream")
 
     def __init__(self, stream: Stream, row: StreamRow) -> None:
         assert stream.route is not None  # noqa: S101  (registered once it serves)

@@ -183,6 +183,10 @@ class Pump(DirectWrites):
     it is (not has: the fan-out then finds the hooks on the class and their state in the pump itself, with no
     object between, for every stream at every batch)."""
 
+    # One per open stream, held as long as its client: no dict of its own (docs/benchmarks.md, "Memory per idle
+    # stream").
+    __slots__ = ("hub", "keepalive", "label", "loop", "on_gone", "policy", "state", "subscription", "waiter")
+
     def __init__(
         self,
         hub: Hub,
@@ -325,6 +329,9 @@ class Pump(DirectWrites):
 class KeepAlive:
     """The keep-alive timer: each time `interval` seconds pass without a write to `out`, it calls `idle`, which
     sends the comment or has it sent. It sees nothing of the pump but these two."""
+
+    # One per open stream: no dict of its own.
+    __slots__ = ("idle", "interval", "out", "timer")
 
     def __init__(self, out: Output, interval: int, idle: Callable[[], None]) -> None:
         self.out, self.interval, self.idle = out, interval, idle

@@ -1,0 +1,28 @@
+"""What every open stream holds, for as long as its client stays, is made of objects without a dict of their own
+(`__slots__`): a dict per object was a few hundred bytes per class per stream (bench/stream_census.py,
+docs/benchmarks.md "Memory per idle stream"). An attribute added to one of these classes must be declared in its
+slots, or setting it fails at once."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.edge.endpoint import Registration, Stream
+from streams.hub.watchdog import Quiet
+from streams.server.daphne import Flow
+from streams.server.inbox import Inbox
+from streams.stream.intake import Intake
+from streams.stream.pump import KeepAlive, Output, Pump
+from streams.stream.reader import Replay, StreamReader
+from streams.stream.slow_client import SlowClientPolicy
+from streams.stream.wakeup import Wakeup
+
+PER_STREAM = (
+    Stream, Registration, Flow, Inbox, Pump, Output, KeepAlive, Intake, StreamReader, Replay, SlowClientPolicy,
+    Wakeup, Quiet,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", PER_STREAM, ids=lambda kind: kind.__name__)
+def test_an_object_every_open_stream_holds_has_no_dict_of_its_own(kind: type) -> None:
+    assert not any("__dict__" in vars(base) for base in kind.__mro__), f"{kind.__name__} instances carry a dict"
