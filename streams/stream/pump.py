@@ -300,18 +300,17 @@ class Pump(DirectWrites):
             if self.reader.busy() or (flow and flow.paused):
                 await asyncio.sleep(0)
                 continue
-            await self._park()
-
-    async def _park(self) -> None:
-        if self.phase is Phase.STOPPED:
-            await self.waiter.wait()  # ended from outside: `stop` is about to interrupt it (streams/edge/race.py)
-            return
-        self.phase = Phase.PARKED if self.intake.at_live_end() else Phase.WAITING
-        try:
-            await self.waiter.wait()
-        finally:
-            if self.phase is not Phase.STOPPED:
-                self.phase = Phase.WORKING
+            # Parked, here rather than in a coroutine of its own: an idle stream is a parked pump, and every frame
+            # it waits in is held as long as it waits.
+            if self.phase is Phase.STOPPED:
+                await self.waiter.wait()  # ended from outside: `stop` is about to interrupt it (streams/edge/race.py)
+                continue
+            self.phase = Phase.PARKED if self.intake.at_live_end() else Phase.WAITING
+            try:
+                await self.waiter.wait()
+            finally:
+                if self.phase is not Phase.STOPPED:
+                    self.phase = Phase.WORKING
 
     def _idle(self) -> None:
         """Nothing was written for the keep-alive's interval. A parked or waiting pump's open connection gets the

@@ -2,13 +2,15 @@
 nobody waits.
 
 Every open stream has one, mostly waited on by its parked pump; an `asyncio.Event` allocates a deque of 64 slots
-for its waiters at once (760 bytes) and keeps it for good (docs/benchmarks.md, "Memory per idle stream"). This
-holds a flag and, while its task waits, one future.
+for its waiters at once (760 bytes) and keeps it for good, and its `wait` is a coroutine, one more frame held
+while the pump waits (docs/benchmarks.md, "Memory per idle stream"). This holds a flag and, while its task waits,
+one future, which its `wait` returns to be awaited.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Generator
 
 
 class Wakeup:
@@ -34,12 +36,25 @@ class Wakeup:
     def clear(self) -> None:
         self._flag = False
 
-    async def wait(self) -> None:
+    def wait(self) -> Awaitable[None]:
+        """What to await until it is set: a future, not a coroutine, so no frame of this method is held while the
+        pump waits."""
         if self._flag:
-            return
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            await waiter
-        finally:
-            if self._waiter is waiter:  # cancelled: nothing is kept for the next wait
-                self._waiter = None
+            return _SET
+        waiter = self._waiter
+        if waiter is None or waiter.done():  # a wait cancelled cancelled its future: a new one
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+        return waiter
+
+
+class _Set:
+    """Awaited, done at once."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield  # a generator that yields nothing
+
+
+_SET = _Set()
