@@ -15,7 +15,7 @@ import hmac
 import logging
 import sys
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Awaitable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,16 +94,16 @@ class StreamEndpoint:
         finally:
             request_id.reset(token)
 
-    async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def dispatch(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """What serves the request, to be awaited: returned, not awaited here, so that no frame of this method is
+        held for as long as a stream runs."""
         if self._is_django(scope["path"]):
-            await self.django_app(scope, receive, send)
-            return
+            return self.django_app(scope, receive, send)
         self.runtime.metrics.start()
         self.runtime.memory.start()
         if scope["path"].startswith("/-/") or scope["path"] in PROBES:
-            await self.internal(scope, send)
-        else:
-            await Stream(scope, receive, send, self.runtime).run()
+            return self.internal(scope, send)
+        return Stream(scope, receive, send, self.runtime).run()
 
     async def internal(self, scope: Scope, send: Send) -> None:
         if scope["path"] == "/-/health":
