@@ -59,10 +59,9 @@ class Census:
         snapshot = tracemalloc.take_snapshot()
         counts: dict[str, list[int]] = {}
         # Frozen objects (streams/server/collector.py freezes what passes keep) are in no generation that
-        # `get_objects` walks: thawed for the count, then everything is frozen again.
+        # `get_objects` (or `get_referrers`) walks: thawed for the census, then everything is frozen again.
         gc.unfreeze()
         objects = gc.get_objects()
-        gc.freeze()
         for obj in objects:
             entry = counts.setdefault(type_name(type(obj)), [0, 0])
             entry[0] += 1
@@ -82,6 +81,7 @@ class Census:
                     kinds[kind] = kinds.get(kind, 0) + 1
             del found
         del objects
+        gc.freeze()  # after the holders: `get_referrers` does not look among frozen objects
         snapshot.dump(str(base) + ".snapshot")
         traced, peak = tracemalloc.get_traced_memory()
         body = {"types": counts, "holders": holders, "rss_kib": rss_kib(), "traced": traced, "traced_peak": peak}
