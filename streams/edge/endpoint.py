@@ -15,7 +15,7 @@ import hmac
 import logging
 import sys
 import time
-from collections.abc import Awaitable, Mapping, MutableMapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ from streams.edge.http import (
     raw_path,
     refuse,
     respond_json,
+    with_request_id,
 )
 from streams.edge.limits import LimitReached, identity_of
 from streams.edge.metrics import STARTS, exposition
@@ -133,27 +134,11 @@ class StreamEndpoint:
         await send({"type": "http.response.body", "body": body})
 
 
-def with_request_id(send: Send, given: str) -> Send:
-    """`send`, adding `x-request-id` to the response's headers."""
-    value = given.encode("ascii")
-
-    async def sending(message: MutableMapping[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", ()), (b"x-request-id", value)]}
-        await send(message)
-
-    return sending
-
-
 class Stream:
     """One SSE response: checks the request, resolves the route, then pumps Kafka records to the client."""
 
-    # One per open stream, held as long as its client: no dict of its own (`__weakref__`: the revocations' set of
-    # ended streams holds them weakly).
-    __slots__ = (
-        "__weakref__", "cors", "grants", "lease", "path", "pump", "receive", "route", "runtime", "scope", "send",
-        "stop",
-    )  # fmt: skip
+    # No dict of its own (held as long as its client); `__weakref__`: the revocations hold ended streams weakly.
+    __slots__ = ("__weakref__", "cors", "grants", "lease", "path", "pump", "receive", "route", "runtime", "scope", "send", "stop")  # fmt: skip  # noqa: E501
 
     def __init__(self, scope: Scope, receive: Receive, send: Send, runtime: Runtime) -> None:
         self.scope, self.receive, self.send = scope, receive, send
@@ -234,15 +219,16 @@ class Stream:
         if isinstance(ticket, LimitReached):
             await self.problem(ticket.status, ticket.title, ticket.detail, reason=ticket.reason, headers=ticket.headers)
             return
-        # What only the checks above needed is not held by this frame for as long as the stream runs: the
-        # request's first message, the routes it matched, the authorisation.
-        del first, candidates, authorised
+        # This frame lives as long as the stream: it keeps none of what only the checks and the open need.
+        admitted = Admitted(matched, resume, asks)
+        del first, candidates, authorised, matched, resume, asks
         try:
-            await self.serve(matched, resume, asks, head_only=method == "HEAD")
+            await self.serve(admitted, head_only=method == "HEAD")
         finally:
             self.runtime.limits.release(ticket)
 
-    async def serve(self, matched: Match, resume: bytes | None, asks: Asks, *, head_only: bool) -> None:
+    async def serve(self, admitted: Admitted, *, head_only: bool) -> None:
+        matched, resume, asks = admitted.take()
         route = matched.route
         topic = await open_topic(self.runtime, matched, resume, asks)
         if isinstance(topic, TopicProblem):
@@ -267,11 +253,14 @@ class Stream:
         self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump
         registration = Registration(self, stream_row(delivery, self.scope, matched, self.path, opened=opened))
+        name = matched.topic
+        # This frame keeps only what the stream's end needs (the pump keeps what it reads).
+        del matched, resume, asks, topic, state, opened, opening
         end = End.SERVER_STOPPING  # unless the race below ends otherwise
         try:
             registration.open()
             pumping = pump.run(route.endpoint.keepalive_s)
-            end = await race(pumping, self.stop, flow=flow, receive=self.receive, send=self.send, topic=matched.topic)
+            end = await race(pumping, self.stop, flow=flow, receive=self.receive, send=self.send, topic=name)
         finally:
             registration.close(end)
             await pump.close()
@@ -294,6 +283,23 @@ class Stream:
             self.stop.set_result(reason)
             if self.pump is not None:
                 self.pump.stop()
+
+
+class Admitted:
+    """What a stream's checks found, handed to its serving, which takes it (`take`): the frame that checked, which
+    lives as long as the stream, then holds none of it."""
+
+    __slots__ = ("asks", "matched", "resume")
+
+    def __init__(self, matched: Match, resume: bytes | None, asks: Asks) -> None:
+        self.matched: Match | None = matched
+        self.resume, self.asks = resume, asks
+
+    def take(self) -> tuple[Match, bytes | None, Asks]:
+        matched, resume, asks = self.matched, self.resume, self.asks
+        assert matched is not None  # noqa: S101  (taken once)
+        self.matched = self.resume = None
+        return matched, resume, asks
 
 
 @dataclass(frozen=True)
