@@ -124,7 +124,41 @@ class Progress:
         self.delivered += delivered
 
 
-class Subscription(Progress):
+class Ends:
+    """Each partition's end as of subscribe time (`_ends`), and the partitions read up to theirs (`_reached`): a base
+    of `Subscription`. Both are None once every partition reached its end and nothing is held back (`_held`), as
+    for every stream that starts at the live end: they decide nothing more, and an open stream holds neither."""
+
+    _ends: dict[int, int] | None
+    _reached: set[int] | None
+    _held: dict[int, dict[object, Record]]
+    progress: dict[int, int]
+
+    @property
+    def reached_ends(self) -> bool:
+        """Every partition was read up to its end as of subscribe time (where `caught-up` is due): from here on,
+        what the stream reads was produced after it began."""
+        return self._ends is None or len(self._reached or ()) >= len(self._ends)
+
+    def _settle_ends(self) -> None:
+        if self._ends is not None and not self._held and self.reached_ends:
+            self._ends = self._reached = None
+
+    def _reach_taken(self) -> None:
+        """The partitions a position taken (`take`) put at their ends have reached them, as if fed."""
+        ends, reached = self._ends, self._reached
+        if ends is not None and reached is not None and len(reached) < len(ends):
+            reached.update(p for p, end in ends.items() if self.progress.get(p, -1) >= end)
+            self._settle_ends()
+
+    def _grow_ends(self, partition: int) -> None:
+        """A partition added after the subscription began has reached its end (0) at once."""
+        if self._ends is not None and self._reached is not None:  # else every partition has
+            self._ends[partition] = 0
+            self._reached.add(partition)
+
+
+class Subscription(Progress, Ends):
     """One stream's view of a topic (the module's docstring says what it does): where it stands (`Progress`),
     each partition's end as of subscribe time and whether it was reached, and on compacted topics what is held
     back until then."""
@@ -144,9 +178,7 @@ class Subscription(Progress):
         `clock`: the time conflation reads (the event loop's)."""
         super().__init__(progress, log_batches=log_batches)
         self.options = options.shared()
-        # Each partition's end as of subscribe time, and the partitions read up to theirs: both None once every
-        # one is and nothing is held back (`_settle_ends`), as for every stream that starts at the live end.
-        self._ends: dict[int, int] | None = dict(ends)
+        self._ends: dict[int, int] | None = dict(ends)  # `Ends`
         self._reached: set[int] | None = {p for p, end in self._ends.items() if starts.get(p, end) >= end}
         # Compacted topics: records held back per partition until it reaches its end, latest per key.
         self._held: dict[int, dict[object, Record]] = (
@@ -171,24 +203,9 @@ class Subscription(Progress):
         subscription's clock; None if none is."""
         return None if self._conflation is None else self._conflation.next_due()
 
-    @property
-    def reached_ends(self) -> bool:
-        """Every partition was read up to its end as of subscribe time (where `caught-up` is due): from here on,
-        what the stream reads was produced after it began."""
-        return self._ends is None or len(self._reached or ()) >= len(self._ends)
-
-    def _settle_ends(self) -> None:
-        """Once every partition reached its end and nothing is held back, the ends matter no more: let go of them
-        (a dict and a set per stream, for as long as it is open)."""
-        if self._ends is not None and not self._held and self.reached_ends:
-            self._ends = self._reached = None
-
     def take(self, position: Position, delivered: int) -> None:
         super().take(position, delivered)
-        ends, reached = self._ends, self._reached
-        if ends is not None and reached is not None and len(reached) < len(ends):  # it may reach them, as if fed
-            reached.update(p for p, end in ends.items() if self.progress.get(p, -1) >= end)
-            self._settle_ends()
+        self._reach_taken()
 
     def grow(self, partitions: Iterable[int]) -> None:
         """Partitions added to the topic after this subscription began: listed in the ids from now on as nothing
@@ -199,9 +216,7 @@ class Subscription(Progress):
             if partition not in self.progress:
                 self.progress[partition] = OFFSET_EARLIEST
                 self._parts[partition] = encode_pair(partition, OFFSET_EARLIEST)
-                if self._ends is not None and self._reached is not None:  # else every partition is reached
-                    self._ends[partition] = 0
-                    self._reached.add(partition)
+                self._grow_ends(partition)
                 self._text = None
 
     def event_id(self, record: Record | None) -> bytes:
