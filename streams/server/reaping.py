@@ -40,6 +40,19 @@ class ServerConnections:
         return len(getattr(cls.server, "connections", ()))
 
 
+class Noted:
+    """An application's done callback: its connection is noted as changed. An object with slots, not a closure:
+    every open stream's application holds one."""
+
+    __slots__ = ("protocol", "server")
+
+    def __init__(self, server: ReapOnChange, protocol: Any) -> None:
+        self.server, self.protocol = server, protocol
+
+    def __call__(self, _done: object) -> None:
+        self.server._changed.add(self.protocol)
+
+
 class ReapOnChange:
     """Mixed into daphne's `Server` (before it): the per-second `application_checker` over changed connections."""
 
@@ -55,7 +68,7 @@ class ReapOnChange:
         queue = super().create_application(protocol, scope)  # type: ignore[misc]
         instance = self.connections.get(protocol, {}).get("application_instance")
         if instance is not None:
-            instance.add_done_callback(lambda _done: self._changed.add(protocol))
+            instance.add_done_callback(Noted(self, protocol))
         return queue
 
     def protocol_disconnected(self, protocol: Any) -> None:
