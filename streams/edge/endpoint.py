@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -248,7 +249,7 @@ class Stream:
         conflate = route.slow_client == SLOW_CLIENT_CONFLATE
         pump = Pump(
             hub, state, opened.subscription, opened.starts, send=self.send, flow=flow, conflate=conflate,
-            label=route.name, stats=self.runtime.stats, log=sinks, on_gone=lambda: self.end(End.TOPIC_DELETED),
+            label=route.name, stats=self.runtime.stats, log=sinks, on_gone=partial(self.end, End.TOPIC_DELETED),
         )  # fmt: skip
         self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump
@@ -365,7 +366,7 @@ class Registration:
         stream, runtime, route = self.stream, self.runtime, self.route
         runtime.delivery_log.opened(self.row)
         runtime.opened(route.name, self.row.start)
-        runtime.open_streams.add(stream, route, stream.path, lambda: stream.end(End.ROUTE_CHANGED))
+        runtime.open_streams.add(stream, route, stream.path, partial(stream.end, End.ROUTE_CHANGED))
         if runtime.routes.changed_since(route, stream.path):  # changed while this stream was set up
             stream.end(End.ROUTE_CHANGED)
         if stream.grants:

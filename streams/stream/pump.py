@@ -210,8 +210,8 @@ class Pump(DirectWrites):
         self.waiter = Wakeup()
         reader = StreamReader(hub.cache, hub.kafka, state, subscription, starts)
         intake = Intake(reader, label, log if log is not None and log.enabled else None, loop)
-        intake.wake = self.waiter.set
-        super().__init__(Output(send, flow, loop), intake, reader, wake=self.waiter.set)
+        intake.wake = wake = self.waiter.set  # one bound method for both
+        super().__init__(Output(send, flow, loop), intake, reader, wake=wake)
         self.keepalive: KeepAlive | None = None
         self.state = self.reader.state = hub.attach(state, starts, self)
 
