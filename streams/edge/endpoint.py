@@ -294,12 +294,14 @@ class Admitted:
 
     def __init__(self, matched: Match, resume: bytes | None, asks: Asks) -> None:
         self.matched: Match | None = matched
-        self.resume, self.asks = resume, asks
+        self.resume = resume
+        self.asks: Asks | None = asks
 
     def take(self) -> tuple[Match, bytes | None, Asks]:
         matched, resume, asks = self.matched, self.resume, self.asks
-        assert matched is not None  # noqa: S101  (taken once)
-        self.matched = self.resume = None
+        if matched is None or asks is None:
+            raise RuntimeError("a stream's admission is taken once")
+        self.matched = self.resume = self.asks = None
         return matched, resume, asks
 
 

@@ -5,10 +5,14 @@ slots, or setting it fails at once."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
-from streams.edge.endpoint import Registration, Stream
+from streams.edge.asks import Asks
+from streams.edge.endpoint import Admitted, Registration, Stream
 from streams.hub.watchdog import Quiet
+from streams.routes.matching import Match
 from streams.server.daphne import Flow
 from streams.server.inbox import Inbox
 from streams.stream.intake import Intake
@@ -18,11 +22,21 @@ from streams.stream.slow_client import SlowClientPolicy
 from streams.stream.wakeup import Wakeup
 
 PER_STREAM = (
-    Stream, Registration, Flow, Inbox, Pump, Output, KeepAlive, Intake, StreamReader, Replay, SlowClientPolicy,
-    Wakeup, Quiet,
+    Stream, Admitted, Registration, Flow, Inbox, Pump, Output, KeepAlive, Intake, StreamReader, Replay,
+    SlowClientPolicy, Wakeup, Quiet,
 )  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", PER_STREAM, ids=lambda kind: kind.__name__)
 def test_an_object_every_open_stream_holds_has_no_dict_of_its_own(kind: type) -> None:
     assert not any("__dict__" in vars(base) for base in kind.__mro__), f"{kind.__name__} instances carry a dict"
+
+
+def test_what_a_streams_checks_hand_over_is_taken_once_and_not_kept() -> None:
+    admitted = Admitted(cast(Match, object()), b"resume", cast(Asks, object()))
+    taken = admitted.take()
+    assert taken[1] == b"resume"
+    # The frame holding `admitted` lives as long as the stream: it holds none of it now.
+    assert [admitted.matched, admitted.resume, admitted.asks] == [None, None, None]
+    with pytest.raises(RuntimeError):
+        admitted.take()
