@@ -15,8 +15,9 @@ import hmac
 import logging
 import sys
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -40,6 +41,7 @@ from streams.edge.http import (
     raw_path,
     refuse,
     respond_json,
+    with_request_id,
 )
 from streams.edge.limits import LimitReached, identity_of
 from streams.edge.metrics import STARTS, exposition
@@ -94,16 +96,16 @@ class StreamEndpoint:
         finally:
             request_id.reset(token)
 
-    async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def dispatch(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """What serves the request, to be awaited: returned, not awaited here, so that no frame of this method is
+        held for as long as a stream runs."""
         if self._is_django(scope["path"]):
-            await self.django_app(scope, receive, send)
-            return
+            return self.django_app(scope, receive, send)
         self.runtime.metrics.start()
         self.runtime.memory.start()
         if scope["path"].startswith("/-/") or scope["path"] in PROBES:
-            await self.internal(scope, send)
-        else:
-            await Stream(scope, receive, send, self.runtime).run()
+            return self.internal(scope, send)
+        return Stream(scope, receive, send, self.runtime).run()
 
     async def internal(self, scope: Scope, send: Send) -> None:
         if scope["path"] == "/-/health":
@@ -133,20 +135,11 @@ class StreamEndpoint:
         await send({"type": "http.response.body", "body": body})
 
 
-def with_request_id(send: Send, given: str) -> Send:
-    """`send`, adding `x-request-id` to the response's headers."""
-    value = given.encode("ascii")
-
-    async def sending(message: MutableMapping[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", ()), (b"x-request-id", value)]}
-        await send(message)
-
-    return sending
-
-
 class Stream:
     """One SSE response: checks the request, resolves the route, then pumps Kafka records to the client."""
+
+    # No dict of its own (held as long as its client); `__weakref__`: the revocations hold ended streams weakly.
+    __slots__ = ("__weakref__", "cors", "grants", "lease", "path", "pump", "receive", "route", "runtime", "scope", "send", "stop")  # fmt: skip  # noqa: E501
 
     def __init__(self, scope: Scope, receive: Receive, send: Send, runtime: Runtime) -> None:
         self.scope, self.receive, self.send = scope, receive, send
@@ -227,12 +220,16 @@ class Stream:
         if isinstance(ticket, LimitReached):
             await self.problem(ticket.status, ticket.title, ticket.detail, reason=ticket.reason, headers=ticket.headers)
             return
+        # This frame lives as long as the stream: it keeps none of what only the checks and the open need.
+        admitted = Admitted(matched, resume, asks)
+        del first, candidates, authorised, matched, resume, asks
         try:
-            await self.serve(matched, resume, asks, head_only=method == "HEAD")
+            await self.serve(admitted, head_only=method == "HEAD")
         finally:
             self.runtime.limits.release(ticket)
 
-    async def serve(self, matched: Match, resume: bytes | None, asks: Asks, *, head_only: bool) -> None:
+    async def serve(self, admitted: Admitted, *, head_only: bool) -> None:
+        matched, resume, asks = admitted.take()
         route = matched.route
         topic = await open_topic(self.runtime, matched, resume, asks)
         if isinstance(topic, TopicProblem):
@@ -252,16 +249,19 @@ class Stream:
         conflate = route.slow_client == SLOW_CLIENT_CONFLATE
         pump = Pump(
             hub, state, opened.subscription, opened.starts, send=self.send, flow=flow, conflate=conflate,
-            label=route.name, stats=self.runtime.stats, log=sinks, on_gone=lambda: self.end(End.TOPIC_DELETED),
+            label=route.name, stats=self.runtime.stats, log=sinks, on_gone=partial(self.end, End.TOPIC_DELETED),
         )  # fmt: skip
         self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump
         registration = Registration(self, stream_row(delivery, self.scope, matched, self.path, opened=opened))
+        name = matched.topic
+        # This frame keeps only what the stream's end needs (the pump keeps what it reads).
+        del matched, resume, asks, topic, state, opened, opening
         end = End.SERVER_STOPPING  # unless the race below ends otherwise
         try:
             registration.open()
             pumping = pump.run(route.endpoint.keepalive_s)
-            end = await race(pumping, self.stop, flow=flow, receive=self.receive, send=self.send, topic=matched.topic)
+            end = await race(pumping, self.stop, flow=flow, receive=self.receive, send=self.send, topic=name)
         finally:
             registration.close(end)
             await pump.close()
@@ -284,6 +284,25 @@ class Stream:
             self.stop.set_result(reason)
             if self.pump is not None:
                 self.pump.stop()
+
+
+class Admitted:
+    """What a stream's checks found, handed to its serving, which takes it (`take`): the frame that checked, which
+    lives as long as the stream, then holds none of it."""
+
+    __slots__ = ("asks", "matched", "resume")
+
+    def __init__(self, matched: Match, resume: bytes | None, asks: Asks) -> None:
+        self.matched: Match | None = matched
+        self.resume = resume
+        self.asks: Asks | None = asks
+
+    def take(self) -> tuple[Match, bytes | None, Asks]:
+        matched, resume, asks = self.matched, self.resume, self.asks
+        if matched is None or asks is None:
+            raise RuntimeError("a stream's admission is taken once")
+        self.matched = self.resume = self.asks = None
+        return matched, resume, asks
 
 
 @dataclass(frozen=True)
@@ -337,6 +356,9 @@ class Registration:
     its route changes), its grants (renewed by challenge responses) and their lease, and its row in
     the delivery log, from its opening row to its closing row with the totals."""
 
+    # One per open stream: no dict of its own.
+    __slots__ = ("route", "row", "runtime", "stream")
+
     def __init__(self, stream: Stream, row: StreamRow) -> None:
         assert stream.route is not None  # noqa: S101  (registered once it serves)
         self.stream, self.route, self.row = stream, stream.route, row
@@ -346,7 +368,7 @@ class Registration:
         stream, runtime, route = self.stream, self.runtime, self.route
         runtime.delivery_log.opened(self.row)
         runtime.opened(route.name, self.row.start)
-        runtime.open_streams.add(stream, route, stream.path, lambda: stream.end(End.ROUTE_CHANGED))
+        runtime.open_streams.add(stream, route, stream.path, partial(stream.end, End.ROUTE_CHANGED))
         if runtime.routes.changed_since(route, stream.path):  # changed while this stream was set up
             stream.end(End.ROUTE_CHANGED)
         if stream.grants:

@@ -124,7 +124,41 @@ class Progress:
         self.delivered += delivered
 
 
-class Subscription(Progress):
+class Ends:
+    """Each partition's end as of subscribe time (`_ends`), and the partitions read up to theirs (`_reached`): a base
+    of `Subscription`. Both are None once every partition reached its end and nothing is held back (`_held`), as
+    for every stream that starts at the live end: they decide nothing more, and an open stream holds neither."""
+
+    _ends: dict[int, int] | None
+    _reached: set[int] | None
+    _held: dict[int, dict[object, Record]]
+    progress: dict[int, int]
+
+    @property
+    def reached_ends(self) -> bool:
+        """Every partition was read up to its end as of subscribe time (where `caught-up` is due): from here on,
+        what the stream reads was produced after it began."""
+        return self._ends is None or len(self._reached or ()) >= len(self._ends)
+
+    def _settle_ends(self) -> None:
+        if self._ends is not None and not self._held and self.reached_ends:
+            self._ends = self._reached = None
+
+    def _reach_taken(self) -> None:
+        """The partitions a position taken (`take`) put at their ends have reached them, as if fed."""
+        ends, reached = self._ends, self._reached
+        if ends is not None and reached is not None and len(reached) < len(ends):
+            reached.update(p for p, end in ends.items() if self.progress.get(p, -1) >= end)
+            self._settle_ends()
+
+    def _grow_ends(self, partition: int) -> None:
+        """A partition added after the subscription began has reached its end (0) at once."""
+        if self._ends is not None and self._reached is not None:  # else every partition has
+            self._ends[partition] = 0
+            self._reached.add(partition)
+
+
+class Subscription(Progress, Ends):
     """One stream's view of a topic (the module's docstring says what it does): where it stands (`Progress`),
     each partition's end as of subscribe time and whether it was reached, and on compacted topics what is held
     back until then."""
@@ -144,12 +178,13 @@ class Subscription(Progress):
         `clock`: the time conflation reads (the event loop's)."""
         super().__init__(progress, log_batches=log_batches)
         self.options = options.shared()
-        self._ends = dict(ends)
-        self._reached: set[int] = {p for p, end in self._ends.items() if starts.get(p, end) >= end}
+        self._ends: dict[int, int] | None = dict(ends)  # `Ends`
+        self._reached: set[int] | None = {p for p, end in self._ends.items() if starts.get(p, end) >= end}
         # Compacted topics: records held back per partition until it reaches its end, latest per key.
         self._held: dict[int, dict[object, Record]] = (
             {p: {} for p in self._ends if p not in self._reached} if options.compacted else {}
         )
+        self._settle_ends()
         self._caught_up_sent = not options.caught_up
         self._conflation = Conflation(options.conflate_ms) if options.conflate_ms else None
         self._deltas = Deltas(options.projection) if options.deltas else None
@@ -168,16 +203,9 @@ class Subscription(Progress):
         subscription's clock; None if none is."""
         return None if self._conflation is None else self._conflation.next_due()
 
-    @property
-    def reached_ends(self) -> bool:
-        """Every partition was read up to its end as of subscribe time (where `caught-up` is due): from here on,
-        what the stream reads was produced after it began."""
-        return len(self._reached) >= len(self._ends)
-
     def take(self, position: Position, delivered: int) -> None:
         super().take(position, delivered)
-        if len(self._reached) < len(self._ends):  # what it took may reach its ends, as if fed
-            self._reached.update(p for p, end in self._ends.items() if self.progress.get(p, -1) >= end)
+        self._reach_taken()
 
     def grow(self, partitions: Iterable[int]) -> None:
         """Partitions added to the topic after this subscription began: listed in the ids from now on as nothing
@@ -188,8 +216,7 @@ class Subscription(Progress):
             if partition not in self.progress:
                 self.progress[partition] = OFFSET_EARLIEST
                 self._parts[partition] = encode_pair(partition, OFFSET_EARLIEST)
-                self._ends[partition] = 0
-                self._reached.add(partition)
+                self._grow_ends(partition)
                 self._text = None
 
     def event_id(self, record: Record | None) -> bytes:
@@ -225,8 +252,12 @@ class Subscription(Progress):
         if self._conflation is not None and self._conflation.waiting:  # what waited goes before what is newer
             for record in self._conflation.due(self._clock()):
                 self._emit(record, out)
+        ends, reached = self._ends, self._reached
         for record in records:
-            partition, end = record.partition, self._ends.get(record.partition, 0)
+            if ends is None or reached is None:  # every partition reached its end, nothing held: as it comes
+                self._deliver(record, out)
+                continue
+            partition, end = record.partition, ends.get(record.partition, 0)
             if partition in self._held and record.offset < end:
                 # Null keys never supersede each other: each is its own entry.
                 self._held[partition][record.key if record.key is not None else ("offset", record.offset)] = record
@@ -234,18 +265,20 @@ class Subscription(Progress):
                 if partition in self._held:
                     self._reach(partition, out)  # the held snapshot goes first, then live records
                 self._deliver(record, out)
-            if partition not in self._reached and record.offset + 1 >= end:
+            if partition not in reached and record.offset + 1 >= end:
                 self._reach(partition, out)
         for partition in eof:
-            if partition not in self._reached:
+            if reached is not None and partition not in reached:
                 self._reach(partition, out)
         out.append(self._caught_up_if_due())
+        self._settle_ends()
         if self._deltas is not None:
             self._deltas.settle()
         return b"".join(out)
 
     def _reach(self, partition: int, out: list[bytes]) -> None:
-        self._reached.add(partition)
+        if self._reached is not None:
+            self._reached.add(partition)
         for record in sorted(self._held.pop(partition, {}).values(), key=lambda r: r.offset):
             self._deliver(record, out)
 
@@ -270,7 +303,7 @@ class Subscription(Progress):
             self.batch.append((record, len(event)))
 
     def _caught_up_if_due(self) -> bytes:
-        if self._caught_up_sent or len(self._reached) < len(self._ends):
+        if self._caught_up_sent or not self.reached_ends:
             return b""
         self._caught_up_sent = True
         return sse.event(b"", event_id=self.event_id(None), event_type=CAUGHT_UP)

@@ -27,9 +27,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(slots=True)  # one per open stream: no dict of its own
 class Quiet:
-    cursors: dict[int, int]  # the read position that has not moved
+    # The read position that has not moved: the stream's own dict, which is replaced and never changed in place
+    # (streams/stream/reader.py), so it is kept, not copied.
+    cursors: dict[int, int]
     since: float
     highs: dict[int, int] | None = None  # Kafka's ends when the stream was first found quiet for long
     behind: bool = False  # the last check found it behind
@@ -80,7 +82,7 @@ class StallWatch:
         if quiet is None or quiet.cursors != stream.cursors or not stream.receiving():
             if quiet is not None and quiet.stalled:
                 log.warning("a stalled stream of route %s receives again", stream.label)
-            self._quiet[stream] = Quiet(dict(stream.cursors), now)
+            self._quiet[stream] = Quiet(stream.cursors, now)
             return False
         return now - quiet.since >= self.stall_s
 

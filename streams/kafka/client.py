@@ -129,8 +129,13 @@ class Metadata:
         """
         future = self._admin.describe_topics(TopicCollection([topic]))[topic]
         try:
-            description = await asyncio.wait_for(asyncio.wrap_future(future), self._kafka.metadata_timeout_s * 2)
+            # Not `wait_for`, whose frame keeps the future that holds the exception its traceback holds.
+            async with asyncio.timeout(self._kafka.metadata_timeout_s * 2):
+                description = await asyncio.wrap_future(future)
         except KafkaException as exc:
+            # The admin's future holds the exception, whose traceback holds this frame: let go of it, or every
+            # failed describe (each request naming an unknown topic) leaves a cycle for the collector's review.
+            del future
             error = exc.args[0] if exc.args else None
             if isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise TopicNotFoundError(topic) from None

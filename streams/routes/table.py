@@ -60,11 +60,13 @@ class OpenStreams:
     opened."""
 
     def __init__(self) -> None:
-        self.by_route: dict[str, dict[object, tuple[tuple[object, ...], list[str], Callable[[], None]]]] = {}
+        # Each stream's path as it came (its stream holds the same string): split into segments only when the routes
+        # change, not kept split for as long as the stream is open.
+        self.by_route: dict[str, dict[object, tuple[tuple[object, ...], str, Callable[[], None]]]] = {}
         self.closed = 0
 
     def add(self, stream: object, route: RouteSpec, path: str, close: Callable[[], None]) -> None:
-        self.by_route.setdefault(route.name, {})[stream] = (route.delivery(), path_segments(path), close)
+        self.by_route.setdefault(route.name, {})[stream] = (route.delivery(), path, close)
 
     def remove(self, stream: object, route: RouteSpec) -> None:
         streams = self.by_route.get(route.name)
@@ -78,8 +80,8 @@ class OpenStreams:
         `current` maps each route's name to it and its delivery."""
         for name, streams in list(self.by_route.items()):
             route, now = current.get(name, (None, None))
-            for delivery, segments, close in list(streams.values()):
-                if route is None or delivery != now or route.match(segments) is None:
+            for delivery, path, close in list(streams.values()):
+                if route is None or delivery != now or route.match(path_segments(path)) is None:
                     self.closed += 1
                     close()
 

@@ -35,6 +35,7 @@ from config.logs import log_access
 from streams.server import collector
 from streams.server.bodies import BoundedHTTPFactory
 from streams.server.forwarded import ClientOrigin, parse_networks
+from streams.server.inbox import Inboxes
 from streams.server.reaping import ReapOnChange
 
 FLOW_EXTENSION = "sse.flow"
@@ -46,6 +47,8 @@ class Flow:
     client is gone (`lost`), with `on_lost`, set by the response's reader, called once when it goes."""
 
     # No dict of its own: a fan-out reads every client's flow at every batch, one memory load less each.
+    # A held stream's flow holds no future, event or buffer of its own: `_writable` is made by a wait on a paused
+    # connection, and let go once it has room (docs/benchmarks.md, "Memory per idle stream").
     __slots__ = ("_sock", "_transport", "_uncounted", "_writable", "closed", "lost", "on_lost", "paused", "request")
 
     def __init__(self, request: Any) -> None:
@@ -54,8 +57,7 @@ class Flow:
         self.closed = False
         self.lost = False
         self.on_lost: Callable[[], None] | None = None
-        self._writable = asyncio.Event()
-        self._writable.set()
+        self._writable: asyncio.Future[None] | None = None  # what `wait_writable` waits on, while one waits
         self._transport: Any = None  # the connection's, once a write could go straight to its socket
         # Its socket, while nothing but this flow's whole writes has touched the transport since the last look at
         # Twisted's buffer (`_may_send`); dropped by anything that may change it (`settle`).
@@ -65,17 +67,21 @@ class Flow:
     # IPushProducer: Twisted calls these on the loop thread (daphne runs the asyncio reactor).
     def pauseProducing(self) -> None:
         self.paused = True
-        self._writable.clear()
         self.settle()
 
     def resumeProducing(self) -> None:
         self.paused = False
-        self._writable.set()
+        self._wake()
 
     def stopProducing(self) -> None:
         self.closed = True
-        self._writable.set()
+        self._wake()
         self.settle()
+
+    def _wake(self) -> None:
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
 
     def settle(self) -> None:
         """Look at Twisted's buffer again before the next direct write, and count what went out directly in the
@@ -92,11 +98,20 @@ class Flow:
             return
         self.lost = True
         self.settle()
+        # Nothing more is written: let go of the request, which holds this flow as its producer when its client
+        # went mid-response (Twisted then never unregisters it). Kept, the two made a cycle that held the request,
+        # its transport and its headers until the collector's next review (streams/server/collector.py).
+        self.request = self._transport = None
         if self.on_lost is not None:
             self.on_lost()
 
     async def wait_writable(self) -> None:
-        await self._writable.wait()
+        """Return once the connection has room (or is closed): at once if it has."""
+        while self.paused and not self.closed:
+            writable = self._writable
+            if writable is None:
+                writable = self._writable = asyncio.get_running_loop().create_future()
+            await asyncio.shield(writable)  # a waiter given up (a timeout) leaves it to the others
 
     def write(self, data: bytes) -> None:
         """Write body bytes, skipping daphne's ASGI send path (the headers went out through it already).
@@ -139,7 +154,7 @@ class Flow:
         return True
 
     def abort(self) -> None:
-        """Drop the connection at once, buffered bytes and all."""
+        """Drop the connection at once, buffered bytes and all (nothing once its client is gone)."""
         self.closed = True
         self.settle()
         channel = getattr(self.request, "channel", None)
@@ -173,7 +188,7 @@ def _framed(data: bytes) -> bytes:
     return framed
 
 
-class FlowControlServer(ReapOnChange, Server):  # type: ignore[misc]
+class FlowControlServer(ReapOnChange, Inboxes, Server):  # type: ignore[misc]
     """daphne's server, registering a `Flow` on every HTTP request and setting its client from the edge."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -9,7 +9,9 @@ tenth of a core, all the time, and a reconnect storm paid it while every core wa
 Nothing in that walk can change for a connection unless its application finishes or its client goes, and both
 are events: `ReapOnChange` notes the connection then (a done callback on the application, daphne's
 `protocol_disconnected`, and once more when the close timeout has passed) and the once-a-second check looks at
-the noted connections only, with the same rules.
+the noted connections only, with the same rules. The close timeout's timer is armed only for an application
+found still running after its client went: armed at every disconnect, it held each request, its scope and its
+application for `application_close_timeout` (10 s) after they were done.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from twisted.internet import reactor as installed_reactor
 reactor: Any = installed_reactor  # twisted's stubs type the module attribute as the interface, self included
 
 log = logging.getLogger("daphne.server")  # where daphne reports these
+CLOSE_CHECK = "sse.close_check"  # in daphne's record of a connection: its close timeout's timer is armed
 
 
 class ServerConnections:
@@ -35,6 +38,19 @@ class ServerConnections:
     @classmethod
     def count(cls) -> int:
         return len(getattr(cls.server, "connections", ()))
+
+
+class Noted:
+    """An application's done callback: its connection is noted as changed. An object with slots, not a closure:
+    every open stream's application holds one."""
+
+    __slots__ = ("protocol", "server")
+
+    def __init__(self, server: ReapOnChange, protocol: Any) -> None:
+        self.server, self.protocol = server, protocol
+
+    def __call__(self, _done: object) -> None:
+        self.server._changed.add(self.protocol)
 
 
 class ReapOnChange:
@@ -52,14 +68,12 @@ class ReapOnChange:
         queue = super().create_application(protocol, scope)  # type: ignore[misc]
         instance = self.connections.get(protocol, {}).get("application_instance")
         if instance is not None:
-            instance.add_done_callback(lambda _done: self._changed.add(protocol))
+            instance.add_done_callback(Noted(self, protocol))
         return queue
 
     def protocol_disconnected(self, protocol: Any) -> None:
         super().protocol_disconnected(protocol)  # type: ignore[misc]
         self._changed.add(protocol)
-        # The check that cancels an application still running once its client has been gone this long.
-        reactor.callLater(self.application_close_timeout + 0.5, self._changed.add, protocol)
 
     def application_checker(self) -> None:
         changed, self._changed = self._changed, set()
@@ -74,13 +88,18 @@ class ReapOnChange:
         disconnected = details.get("disconnected")
         instance = details.get("application_instance")
         if disconnected and instance is not None and not instance.done():
-            if time.time() - disconnected > self.application_close_timeout:
+            left = disconnected + self.application_close_timeout - time.time()
+            if left < 0:
                 log.warning(
                     "Application instance %r for connection %r took too long to shut down and was killed.",
                     instance,
                     protocol,
                 )
                 instance.cancel()  # its done callback notes the connection again
+            elif not details.get(CLOSE_CHECK):
+                # Looked at again once the close timeout has passed, unless it finishes first (its done callback).
+                details[CLOSE_CHECK] = True
+                reactor.callLater(left + 0.5, self._changed.add, protocol)
             return
         if instance is not None and instance.done():
             self.report(protocol, instance, disconnected=bool(disconnected))

@@ -43,6 +43,24 @@ class Intake:
     skips the history and reads the window conflated. Counts what was replayed and logs what was delivered, as
     live or catch-up as the stream's `Standing` says."""
 
+    # One per open stream: no dict of its own.
+    __slots__ = (
+        "_due",
+        "behind",
+        "injected",
+        "keepalive_due",
+        "label",
+        "log",
+        "loop",
+        "reader",
+        "replayed",
+        "shared_delivered",
+        "shared_pending",
+        "standing",
+        "subscription",
+        "wake",
+    )
+
     def __init__(
         self, reader: StreamReader, label: str, log: DeliverySink | None, loop: asyncio.AbstractEventLoop
     ) -> None:

@@ -23,6 +23,7 @@ from streams.server.daphne import Flow
 from streams.stream.intake import Intake, Standing
 from streams.stream.reader import ReaderStandpoint, StreamReader
 from streams.stream.slow_client import Drained, SlowClientPolicy
+from streams.stream.wakeup import Wakeup
 from streams.telemetry.counters import StreamStats
 from streams.telemetry.delivery_log import DeliverySink
 
@@ -182,6 +183,10 @@ class Pump(DirectWrites):
     it is (not has: the fan-out then finds the hooks on the class and their state in the pump itself, with no
     object between, for every stream at every batch)."""
 
+    # One per open stream, held as long as its client: no dict of its own (docs/benchmarks.md, "Memory per idle
+    # stream").
+    __slots__ = ("hub", "keepalive", "label", "loop", "on_gone", "policy", "state", "subscription", "waiter")
+
     def __init__(
         self,
         hub: Hub,
@@ -202,11 +207,11 @@ class Pump(DirectWrites):
         self.label = label  # the route, for logs and the delivery log
         self.loop = loop = asyncio.get_running_loop()
         self.policy = SlowClientPolicy(conflate=conflate, stats=stats or StreamStats())
-        self.waiter = asyncio.Event()
+        self.waiter = Wakeup()
         reader = StreamReader(hub.cache, hub.kafka, state, subscription, starts)
         intake = Intake(reader, label, log if log is not None and log.enabled else None, loop)
-        intake.wake = self.waiter.set
-        super().__init__(Output(send, flow, loop), intake, reader, wake=self.waiter.set)
+        intake.wake = wake = self.waiter.set  # one bound method for both
+        super().__init__(Output(send, flow, loop), intake, reader, wake=wake)
         self.keepalive: KeepAlive | None = None
         self.state = self.reader.state = hub.attach(state, starts, self)
 
@@ -295,18 +300,17 @@ class Pump(DirectWrites):
             if self.reader.busy() or (flow and flow.paused):
                 await asyncio.sleep(0)
                 continue
-            await self._park()
-
-    async def _park(self) -> None:
-        if self.phase is Phase.STOPPED:
-            await self.waiter.wait()  # ended from outside: `stop` is about to interrupt it (streams/edge/race.py)
-            return
-        self.phase = Phase.PARKED if self.intake.at_live_end() else Phase.WAITING
-        try:
-            await self.waiter.wait()
-        finally:
-            if self.phase is not Phase.STOPPED:
-                self.phase = Phase.WORKING
+            # Parked, here rather than in a coroutine of its own: an idle stream is a parked pump, and every frame
+            # it waits in is held as long as it waits.
+            if self.phase is Phase.STOPPED:
+                await self.waiter.wait()  # ended from outside: `stop` is about to interrupt it (streams/edge/race.py)
+                continue
+            self.phase = Phase.PARKED if self.intake.at_live_end() else Phase.WAITING
+            try:
+                await self.waiter.wait()
+            finally:
+                if self.phase is not Phase.STOPPED:
+                    self.phase = Phase.WORKING
 
     def _idle(self) -> None:
         """Nothing was written for the keep-alive's interval. A parked or waiting pump's open connection gets the
@@ -324,6 +328,9 @@ class Pump(DirectWrites):
 class KeepAlive:
     """The keep-alive timer: each time `interval` seconds pass without a write to `out`, it calls `idle`, which
     sends the comment or has it sent. It sees nothing of the pump but these two."""
+
+    # One per open stream: no dict of its own.
+    __slots__ = ("idle", "interval", "out", "timer")
 
     def __init__(self, out: Output, interval: int, idle: Callable[[], None]) -> None:
         self.out, self.interval, self.idle = out, interval, idle

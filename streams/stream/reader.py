@@ -35,6 +35,9 @@ class StreamReader:
     The cursors dict is replaced, never changed in place: a stream that takes another's position after a shared
     write (`take_position`, every follower of a fan-out) holds the same dict, at no cost per stream."""
 
+    # One per open stream: no dict of its own.
+    __slots__ = ("cache", "cursors", "replay", "state", "subscription")
+
     def __init__(
         self, cache: Cache, kafka: KafkaSettings, state: TopicState, subscription: Subscription, starts: dict[int, int]
     ) -> None:
@@ -179,6 +182,9 @@ class Replay:
     partition stands behind its window, a new one when eviction puts another partition behind, none once every
     partition is back in its window. It reads the stream's cursors and says where they move; the stream's
     reader moves them."""
+
+    # One per open stream: no dict of its own.
+    __slots__ = ("cache", "history", "kafka", "taken", "topic")
 
     def __init__(self, kafka: KafkaSettings, cache: Cache, topic: str) -> None:
         self.kafka, self.cache, self.topic = kafka, cache, topic

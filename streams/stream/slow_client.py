@@ -55,6 +55,9 @@ class SlowClientPolicy:
     behind. `conflate`: wait, then send only the latest pending value per key. Both close a client that has not
     caught up within SSE_CATCH_UP_S."""
 
+    # One per open stream: no dict of its own.
+    __slots__ = ("catch_up_s", "conflate", "max_pending", "spell", "stall_grace_s", "stats")
+
     def __init__(self, *, conflate: bool, stats: StreamStats) -> None:
         self.conflate, self.stats = conflate, stats
         self.max_pending = settings.SSE_MAX_PENDING_BYTES

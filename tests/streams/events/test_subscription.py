@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from bindings.selectors import FilterSpec, ValueFilterSpec
 from streams.codecs.event_id import OFFSET_EARLIEST, encode_progress
@@ -138,3 +139,24 @@ def test_partitions_added_are_listed_at_minus_two_and_delivered_as_they_come_eve
     # The new partition's records are newer than the subscription: no snapshot holds them back.
     out = events(sub.feed([rec(1, 0, b"b", b"k"), rec(1, 1, b"c", b"k")]))
     assert [(e.id, e.text) for e in out] == [(encode_progress({0: 3, 1: 1}), "b"), (encode_progress({0: 3, 1: 2}), "c")]
+
+
+def test_once_every_partition_reached_its_end_the_ends_are_let_go_and_it_delivers_as_before() -> None:
+    live = Subscription({0: 5, 1: 7}, ends={0: 5, 1: 7}, starts={0: 5, 1: 7}, options=SubscriptionOptions())
+    behind = subscription({0: 2, 1: 1})
+    assert live.reached_ends
+    assert not behind.reached_ends
+    # An open stream at the live end holds no ends (a dict and a set for as long as it is open) ...
+    assert containers_size(live) <= containers_size(behind) - 400  # bytes: 512 against 1 080
+    # ... and still delivers every record, and grows.
+    assert [e.text for e in events(live.feed([rec(0, 5, b"a"), rec(1, 7, b"b")]))] == ["a", "b"]
+    live.grow([2])
+    assert [(e.id, e.text) for e in events(live.feed([rec(2, 0, b"c")]))] == [
+        (encode_progress({0: 6, 1: 8, 2: 1}), "c")
+    ]
+    assert live.reached_ends
+
+
+def containers_size(sub: Subscription) -> int:
+    """The bytes of the subscription's own containers (its ends, what it reached and what it holds back)."""
+    return sum(sys.getsizeof(part) for part in vars(sub).values() if isinstance(part, (dict, set)))

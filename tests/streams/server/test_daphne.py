@@ -6,6 +6,9 @@ No reactor runs: a TCP connection over a socket pair, with just enough of a reac
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -150,3 +153,42 @@ def test_after_a_write_the_socket_took_in_part_the_next_waits_behind_twisteds_bu
             break
     assert head
     assert received == b"%x\r\n%s\r\n4\r\nlast\r\n" % (len(big), big)
+
+
+def test_a_wait_for_room_returns_once_the_connection_resumes_or_closes_and_holds_nothing_after(
+    pair: tuple[tcp.Connection, http.Request, socket.socket],
+) -> None:
+    _transport, request, _client = pair
+
+    async def scenario() -> list[bool]:
+        resumed, stopped = Flow(request), Flow(request)
+        await asyncio.wait_for(resumed.wait_writable(), 1)  # not paused: at once
+        resumed.pauseProducing()
+        stopped.pauseProducing()
+        with contextlib.suppress(TimeoutError):  # a wait given up (the slow-client policy's clock) changes nothing
+            await asyncio.wait_for(resumed.wait_writable(), 0.01)
+        waits = [asyncio.ensure_future(flow.wait_writable()) for flow in (resumed, stopped)]
+        await asyncio.sleep(0.01)
+        waited = not any(wait.done() for wait in waits)
+        resumed.resumeProducing()
+        stopped.stopProducing()
+        await asyncio.wait_for(asyncio.gather(*waits), 1)
+        # Nothing is kept between waits: an idle stream's flow holds no future.
+        return [waited, resumed._writable is None, stopped._writable is None]
+
+    assert asyncio.run(scenario()) == [True, True, True]
+
+
+def test_a_flow_whose_client_went_mid_response_lets_go_of_its_request(
+    pair: tuple[tcp.Connection, http.Request, socket.socket],
+) -> None:
+    _transport, request, _client = pair
+    flow = Flow(request)
+    request.registerProducer(flow, True)  # type: ignore[no-untyped-call]
+    flow.write(b"12345")
+    flow.client_lost()  # Twisted never unregisters a producer whose connection was lost: the request keeps it
+    assert request.producer is flow
+    # No cycle between them: both go by reference counting, not at the collector's next review.
+    assert request not in gc.get_referents(flow)
+    assert request.sentLength == 5  # what went out directly was counted first
+    flow.abort()  # nothing to drop any more, and no error
