@@ -422,13 +422,16 @@ EDGE_NOFILE = 20_000  # what an edge process may open: two descriptors per strea
 class Scenario:
     """One topic, one route, one fresh server; everything it starts is stopped by `close()`."""
 
+    started: ClassVar[int] = 0  # scenarios started in this run
+
     def __init__(
         self, opts: Options, name: str, *, start: str, server_env: dict[str, str] | None = None, values: str = "json"
     ) -> None:
         self.opts = opts
         self.name = name
         self.values = values  # "json", or "avro": through the registry, decoded by the server
-        slug = ("baseline-" if opts.baseline else "") + name.replace(" ", "-")
+        Scenario.started += 1  # a scenario run again gets a topic and logs of its own
+        slug = ("baseline-" if opts.baseline else "") + name.replace(" ", "-") + f"-{Scenario.started}"
         self.topic = f"bench-{opts.run_id}-{slug}"
         self.path = f"/bench/{opts.run_id}/{slug}"
         self.route = self.topic
