@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from twisted.internet import tcp
+from twisted.internet import protocol, tcp
 from twisted.internet.address import IPv4Address
 from twisted.web import http
 
-from streams.server.daphne import Flow
+from streams.server.daphne import Flow, accept_eagerly
 
 
 class _Reactor:
@@ -150,3 +150,44 @@ def test_after_a_write_the_socket_took_in_part_the_next_waits_behind_twisteds_bu
             break
     assert head
     assert received == b"%x\r\n%s\r\n4\r\nlast\r\n" % (len(big), big)
+
+
+class _ListeningReactor:
+    """Just enough of a reactor for a listening port and the connections it accepts (nothing runs)."""
+
+    def addReader(self, reader: object) -> None: ...
+
+    def removeReader(self, reader: object) -> None: ...
+
+    def addWriter(self, writer: object) -> None: ...
+
+    def removeWriter(self, writer: object) -> None: ...
+
+
+def test_a_port_accepts_every_waiting_connection_in_one_turn() -> None:
+    """A reconnect storm through the edge queues thousands of connections at once: Twisted alone would take 1 of
+    them on its first turn after a quiet spell (then 21, 41...), and the kernel would drop what overflows."""
+    accepted: list[protocol.Protocol] = []
+
+    class Counted(protocol.Protocol):
+        def connectionMade(self) -> None:
+            accepted.append(self)
+
+    factory: Any = protocol.Factory.forProtocol(Counted)
+    port: Any = tcp.Port(0, factory, backlog=1024, interface="127.0.0.1", reactor=_ListeningReactor())
+    port.startListening()
+    clients: list[socket.socket] = []
+    try:
+        clients += [socket.create_connection(("127.0.0.1", port.getHost().port), timeout=5) for _ in range(300)]
+        port.numberAccepts = 1  # as Twisted leaves it after a quiet spell
+        accept_eagerly(port)
+        port.doRead()
+        assert len(accepted) == 300
+        port.doRead()  # nothing waits: the turn ends at once
+        assert len(accepted) == 300
+    finally:
+        for client in clients:
+            client.close()
+        for made in accepted:
+            made.transport.socket.close()
+        port.socket.close()
