@@ -286,7 +286,7 @@ class LoadGen(Proc):
 
     def stop(self, grace: float = 5.0, sig: int = signal.SIGTERM) -> int | None:
         if self.alive() and self.popen.stdin is not None:
-            with contextlib.suppress(OSError, BenchError):
+            with contextlib.suppress(OSError, BenchError, subprocess.TimeoutExpired):
                 self.popen.stdin.write(b'{"cmd": "quit"}\n')
                 self.popen.stdin.flush()
                 self.popen.wait(3)
