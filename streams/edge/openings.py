@@ -75,10 +75,6 @@ class Openings:
         place.timer = asyncio.get_running_loop().call_later(self.hold_s, place.leave)
         return place
 
-    def waiting(self) -> bool:
-        """Whether streams wait for a place now (a storm of opens)."""
-        return bool(self.queue)
-
     def vacate(self) -> None:
         """A place was left: the first stream still waiting takes it, or it is free."""
         while self.queue:

@@ -125,7 +125,6 @@ class Runtime:
     def hub(self) -> Hub:
         hub = get_hub()
         hub.decode_with(self.routes.models)  # a hub started after the route table was read
-        hub.fan_out.opens_waiting = self.openings.waiting  # its fan-out yields more while streams wait to open
         return hub
 
     def _models_changed(self, models: Models) -> None:
