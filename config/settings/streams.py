@@ -43,9 +43,6 @@ SSE_STALL_GRACE_MS = envint("SSE_STALL_GRACE_MS", default=2000, minimum=0)
 # that takes a trickle, or nothing at all, holds no stream, no reader of history and no memory for long. An HTTP/2
 # response that has ended while its body still waits for the client's window is reset after as long.
 SSE_CATCH_UP_S = envint("SSE_CATCH_UP_S", default=30, minimum=1, maximum=3600)
-# Streams one web process opens at once; more wait in the order they came (streams/edge/openings.py), so that in a
-# reconnect storm the first clients are served first instead of every client near the end (0: no limit).
-SSE_OPENS_AT_ONCE = envint("SSE_OPENS_AT_ONCE", default=100, minimum=0)
 # A stream whose read position has not moved for this long while its client reads and its partitions grew is
 # logged and counted as stalled (`/-/health`): the symptom of a defect, made visible instead of silent.
 SSE_STALL_NOTICE_S = envint("SSE_STALL_NOTICE_S", default=30, minimum=1)

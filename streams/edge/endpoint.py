@@ -43,7 +43,6 @@ from streams.edge.http import (
 )
 from streams.edge.limits import LimitReached, identity_of
 from streams.edge.metrics import STARTS, exposition
-from streams.edge.openings import UNLIMITED
 from streams.edge.race import race
 from streams.edge.readiness import PROBES, Readiness
 from streams.edge.runtime import Runtime
@@ -159,7 +158,6 @@ class Stream:
         self.grants: dict[str, Grant] = {}  # by guard: the tokens that authorised this stream
         self.pump: Pump | None = None
         self.lease: Lease | None = None  # the expiry and challenge timers of a guarded stream
-        self.place = UNLIMITED  # its place among the streams opening (streams/edge/openings.py)
 
     async def problem(
         self,
@@ -177,6 +175,7 @@ class Stream:
         await problem(self.send, status, title, detail, headers=(*headers, *self.cors), **extra)
 
     async def run(self) -> None:
+        method = self.scope["method"]
         path = self.path = raw_path(self.scope)
         if await side_request(self.scope, self.receive, self.send, path, self.runtime):
             return
@@ -186,16 +185,6 @@ class Stream:
         if first.get("body") or first.get("more_body"):
             await self.problem(400, "Bad request", "A stream request has no body.", reason="body")
             return
-        # In the order they came, a bounded number at a time, until caught up (streams/edge/openings.py).
-        self.place = await self.runtime.openings.enter()
-        try:
-            await self.open()
-        finally:
-            self.place.leave()
-
-    async def open(self) -> None:
-        method = self.scope["method"]
-        path = self.path
         resume = last_event_id(self.scope)
         if resume is not None and len(resume) > MAX_LAST_EVENT_ID_BYTES:
             detail = f"Last-Event-ID is longer than {MAX_LAST_EVENT_ID_BYTES} bytes."
@@ -264,7 +253,6 @@ class Stream:
         pump = Pump(
             hub, state, opened.subscription, opened.starts, send=self.send, flow=flow, conflate=conflate,
             label=route.name, stats=self.runtime.stats, log=sinks, on_gone=lambda: self.end(End.TOPIC_DELETED),
-            on_settled=self.place.leave,
         )  # fmt: skip
         self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump

@@ -38,7 +38,6 @@ from streams.edge.metrics import (
     STREAMS_OPENED,
     Metrics,
 )
-from streams.edge.openings import Openings
 from streams.hub.hub import Hub, current_hub, get_hub
 from streams.kafka.client import ReaderStats
 from streams.kafka.decoding import Models
@@ -85,7 +84,6 @@ class Runtime:
     metrics: Metrics = field(default_factory=Metrics)
     limits: StreamLimits = field(default_factory=StreamLimits)
     challenges: RateLimit = field(default_factory=lambda: RateLimit("SSE_MAX_CHALLENGE_RESPONSES_PER_MIN"))
-    openings: Openings = field(default_factory=Openings)  # streams opening, first come first served
     routes: RouteTable = field(init=False)
     revocations: Revocations = field(init=False)
     deliveries: DeliverySinks = field(init=False)  # what the pumps tell of each write: log and metrics
@@ -151,7 +149,6 @@ class Runtime:
             "closed_on_change": self.open_streams.closed,
             "renewed_by_challenge": self.renewals.renewed,
             "closed_on_revocation": self.revocations.closed,
-            "opens_waited": self.openings.waited,
             **counts,
             **self.delivery_log.stats(),
             # Frozen after each full pass; counted at start and at each review (streams/server/collector.py).
