@@ -31,8 +31,10 @@ the address it left. Without it (0) every client connects from 127.0.0.1.
 
 Clients are raw `asyncio.Protocol`s (HTTP/1.1, one GET each, kept open). The benchmark's messages are JSON
 objects starting ``{"t":<send time>,"p":<partition>,"s":<sequence in partition>``; the latency of an event
-is the time it is parsed here minus ``t`` (both `time.time()` on this machine). Chunked transfer framing is
-not decoded: the server writes whole events per chunk, and the counting only looks at ``data:`` lines.
+is the time it is parsed here minus ``t`` (both `time.time()` on this machine). A chunked body is decoded
+(`Dechunker`): the servers write whole events per chunk, but an edge in front frames the body again as its own
+buffers fill, and a chunk's size line may then fall in the middle of an event, whose ``data:`` line or id the
+counting would miss (gaps in the resume check, a garbled Last-Event-ID).
 """
 
 from __future__ import annotations
@@ -100,6 +102,44 @@ class Stats:
         self.started = time.time()
 
 
+class Dechunker:
+    """The body of a chunked HTTP/1.1 response, from the bytes as they arrive."""
+
+    __slots__ = ("crlf", "left", "raw")
+
+    def __init__(self) -> None:
+        self.raw = b""  # an incomplete size line, or a chunk's end still to come
+        self.left = 0  # bytes of the current chunk still to come
+        self.crlf = False  # the CRLF after a chunk's data is due
+
+    def feed(self, data: bytes) -> bytes:
+        buf = self.raw + data if self.raw else data
+        out: list[bytes] = []
+        pos, end = 0, len(buf)
+        while pos < end:
+            if self.left:
+                take = min(self.left, end - pos)
+                out.append(buf[pos : pos + take])
+                pos += take
+                self.left -= take
+                self.crlf = not self.left
+            elif self.crlf:
+                if end - pos < 2:
+                    break
+                pos += 2
+                self.crlf = False
+            else:
+                line = buf.find(b"\r\n", pos)
+                if line < 0:
+                    break
+                self.left = int(buf[pos:line].split(b";", 1)[0], 16)
+                pos = line + 2
+                if not self.left:  # the last chunk: nothing follows but trailers
+                    pos = end
+        self.raw = buf[pos:]
+        return out[0] if len(out) == 1 else b"".join(out)
+
+
 class Client(asyncio.Protocol):
     """One SSE stream."""
 
@@ -112,6 +152,7 @@ class Client(asyncio.Protocol):
         self.head = b""
         self.status = 0
         self.carry = b""
+        self.body: Dechunker | None = None  # a chunked response's decoder
         self.events = 0
         self.last_id: bytes | None = None
         self.last_seq: dict[bytes, int] = {}
@@ -125,27 +166,43 @@ class Client(asyncio.Protocol):
         self.transport = transport
         transport.write(self.request)
 
+    def read_head(self, data: bytes) -> bytes | None:
+        """The response's head, as it arrives: what follows it once it is complete and a 200, else None."""
+        self.head += data
+        end = self.head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.head) > MAX_HEAD:
+                self.fail("bad-response")
+            return None
+        try:
+            self.status = int(self.head[9:12])
+        except ValueError:
+            self.fail("bad-response")
+            return None
+        head, data, self.head = self.head[:end], self.head[end + 4 :], b""
+        if b"transfer-encoding: chunked" in head.lower():
+            self.body = Dechunker()
+        if self.status != 200:
+            self.fail(f"http-{self.status}")
+            return None
+        if not self.headers.done():
+            self.headers.set_result(self.status)
+        return data
+
     def data_received(self, data: bytes) -> None:
         if not self.status:
-            self.head += data
-            end = self.head.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self.head) > MAX_HEAD:
-                    self.fail("bad-response")
+            body = self.read_head(data)
+            if body is None:
                 return
-            try:
-                self.status = int(self.head[9:12])
-            except ValueError:
-                self.fail("bad-response")
-                return
-            data, self.head = self.head[end + 4 :], b""
-            if self.status != 200:
-                self.fail(f"http-{self.status}")
-                return
-            if not self.headers.done():
-                self.headers.set_result(self.status)
+            data = body
         gen = self.gen
         gen.stats.bytes += len(data)
+        if self.body is not None:
+            try:
+                data = self.body.feed(data)
+            except ValueError:
+                self.fail("bad-chunk")
+                return
         buf = self.carry + data if self.carry else data
         end = buf.rfind(b"\n\n")
         if end < 0:
