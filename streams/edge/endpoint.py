@@ -15,7 +15,7 @@ import hmac
 import logging
 import sys
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,6 +158,7 @@ class Stream:
         self.grants: dict[str, Grant] = {}  # by guard: the tokens that authorised this stream
         self.pump: Pump | None = None
         self.lease: Lease | None = None  # the expiry and challenge timers of a guarded stream
+        self.opened: Callable[[], None] = lambda: None  # no longer counted among the streams opening
 
     async def problem(
         self,
@@ -175,7 +176,6 @@ class Stream:
         await problem(self.send, status, title, detail, headers=(*headers, *self.cors), **extra)
 
     async def run(self) -> None:
-        method = self.scope["method"]
         path = self.path = raw_path(self.scope)
         if await side_request(self.scope, self.receive, self.send, path, self.runtime):
             return
@@ -185,6 +185,14 @@ class Stream:
         if first.get("body") or first.get("more_body"):
             await self.problem(400, "Bad request", "A stream request has no body.", reason="body")
             return
+        self.opened = self.runtime.begin_opening()  # until its pump first rests, or the request ends
+        try:
+            await self.open(path)
+        finally:
+            self.opened()
+
+    async def open(self, path: str) -> None:
+        method = self.scope["method"]
         resume = last_event_id(self.scope)
         if resume is not None and len(resume) > MAX_LAST_EVENT_ID_BYTES:
             detail = f"Last-Event-ID is longer than {MAX_LAST_EVENT_ID_BYTES} bytes."
@@ -253,6 +261,7 @@ class Stream:
         pump = Pump(
             hub, state, opened.subscription, opened.starts, send=self.send, flow=flow, conflate=conflate,
             label=route.name, stats=self.runtime.stats, log=sinks, on_gone=lambda: self.end(End.TOPIC_DELETED),
+            on_settled=self.opened,
         )  # fmt: skip
         self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump
