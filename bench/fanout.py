@@ -73,6 +73,7 @@ class Row:
     edge_rss_mb: float | None = None
     kib_per_stream: float | None = None  # idle: what the node (edge and server tree) holds per open stream
     loadgen_cpu: float | None = None
+    companions_cpu: float | None = None  # --node: the Celery worker (its Spark JVM too), beat, the demo producer
     kafka_cpu: float | None = None  # broker + producer
     machine_cpu: float | None = None
     fetch_streams: Any = None
@@ -83,6 +84,7 @@ class Row:
     target: str = ""
     met: str = ""
     notes: list[str] = field(default_factory=list)
+    step: int = -1  # the scenario's place in the plan: a row and its baseline share it
 
 
 def fmt_num(value: float | None, digits: int = 0) -> str:
@@ -115,6 +117,8 @@ def per_event_us(row: Row) -> float | None:
     return row.tree_cpu / row.delivered * 1e6
 
 
+NODE_STORM_CLIENTS = 9000
+COMPANIONS: harness.Companions | None = None  # --node: what `make run` runs beside the web workers
 BASELINE = "baseline: "  # the prefix of the hand-written baseline's rows
 SHAPED = "shaped: "  # the prefix of the rows whose route has --shaped's options
 
@@ -135,8 +139,13 @@ def render_ratios(rows: list[Row]) -> str:
     """Each platform row against the baseline row of the same scenario in the same run, and each shaped row
     against the plain row of the same scenario."""
     tables = []
-    baselines = {r.scenario.removeprefix(BASELINE): r for r in rows if r.scenario.startswith(BASELINE)}
-    pairs = [(r, baselines[r.scenario]) for r in rows if r.scenario in baselines]
+    # Each platform row (each configuration's, each worker count's) with the baseline run beside it, in the same step.
+    baselines = {r.step: r for r in rows if r.scenario.startswith(BASELINE)}
+    pairs = [
+        (r, baselines[r.step])
+        for r in rows
+        if r.step in baselines and not r.scenario.startswith((BASELINE, SHAPED)) and r is not baselines[r.step]
+    ]
     if pairs:
         tables.append(
             ratio_table(
@@ -256,6 +265,8 @@ class Sampler:
         self.edge = {pid: cpu_ticks(pid) for pid in edge}
         self.consumers = {pid: module for pid in tree_pids if (module := _consumer_module(pid))}
         self.loadgen = cpu_ticks(loadgen)
+        self.companions = {pid: cpu_ticks(pid) for pid in (COMPANIONS.pids() if COMPANIONS is not None else [])}
+        self.listen = listen_counters()
         self.kafka = [cpu_ticks(pid) for pid in kafka]
         self.machine = machine_ticks()[0]
 
@@ -282,10 +293,27 @@ class Sampler:
         edge = [self.cores(self.edge.get(pid), ticks, seconds) for pid, ticks in later.edge.items()]
         row.edge_cpu = sum(c for c in edge if c is not None) if any(c is not None for c in edge) else None
         row.loadgen_cpu = self.cores(self.loadgen, later.loadgen, seconds)
+        if self.companions:
+            parts = [self.cores(ticks, later.companions.get(pid), seconds) for pid, ticks in self.companions.items()]
+            row.companions_cpu = sum(c for c in parts if c is not None)
         kafka = [self.cores(a, b, seconds) for a, b in zip(self.kafka, later.kafka, strict=True)]
         row.kafka_cpu = sum(k for k in kafka if k is not None) if any(k is not None for k in kafka) else None
         row.machine_cpu = self.cores(self.machine, later.machine, seconds)
         return max(known) if known else None
+
+
+def listen_counters() -> dict[str, int]:
+    """The kernel's TcpExt ListenOverflows and ListenDrops (what `nstat` shows): handshakes dropped because an accept
+    queue was full, or for any reason, machine-wide."""
+    found: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/net/netstat").read_text().splitlines()
+        for names, values in zip(lines[::2], lines[1::2], strict=False):
+            if names.startswith("TcpExt:"):
+                for name, value in zip(names.split()[1:], values.split()[1:], strict=False):
+                    if name in ("ListenOverflows", "ListenDrops"):
+                        found[name] = int(value)
+    return found
 
 
 def _consumer_module(pid: int) -> str | None:
@@ -310,7 +338,7 @@ class Scenario(harness.Scenario):
 
     def node_rss_mb(self) -> float:
         """What the node holds: the server, its children (fetch and host processes) and the edge."""
-        return sum(rss_mb(pid) or 0.0 for pid in [*self.tree_pids(), *self.edge_pids()])
+        return sum(rss_mb(pid) or 0.0 for pid in {*self.tree_pids(), *self.edge_pids()})
 
     def fill_server_state(self, row: Row) -> None:
         pids = self.server_pids()
@@ -560,7 +588,10 @@ def run_storm(opts: Options, n: int, rate: int) -> Row:
         ready = sc.ask({"cmd": "wait_events", "timeout": 20}, 40)
         time.sleep(1.0)
         dropped = sc.ask({"cmd": "drop"}, 30)
-        log(f"  dropped {dropped['dropped']} streams ({dropped['with_id']} with an event id); reconnecting at once")
+        log(
+            f"  dropped {dropped['dropped']} streams ({dropped['with_id']} with an event id, from "
+            f"{dropped.get('sources', 1) or 1} source addresses); reconnecting at once"
+        )
         time.sleep(1.0)  # messages pile up meanwhile: each client's next event is waiting when it resumes
         peak = Peak(sc)
         before = sc.sample()
@@ -592,6 +623,17 @@ def run_storm(opts: Options, n: int, rate: int) -> Row:
             f"resume continuity: {report['gaps']} gaps, {report['duplicates']} duplicates; "
             f"server CPU during the storm {cpu_s:.1f} s, {cpu_s / max(1, storm['resumed']) * 1000:.2f} ms per resume "
             "(a figure that depends less than the times on what else the machine runs)"
+        )
+        overflows = {k: v - before.listen.get(k, 0) for k, v in after.listen.items()}
+        row.notes.append(
+            f"clients from {dropped.get('sources', 1) or 1} source address(es); during the storm the kernel counted "
+            f"{overflows.get('ListenOverflows', 0)} listen overflows and {overflows.get('ListenDrops', 0)} listen "
+            f"drops (TcpExt, machine-wide); edge CPU {fmt_num(row.edge_cpu, 2)} cores"
+            + (
+                f"; beside it the Celery worker, beat and the demo producer took {row.companions_cpu:.2f} cores"
+                if row.companions_cpu is not None
+                else ""
+            )
         )
         sc.fill_server_state(row)
         row.notes.append(f"RSS of the largest server process after the storm: {fmt_num(row.worker_rss_mb)} MB")
@@ -660,8 +702,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--window", type=float, help="measurement window, s (default 10; quick 3)")
     parser.add_argument("--warmup", type=float, help="warm-up after the first events, s (default 3; quick 1)")
     parser.add_argument("--ttfe-clients", type=int, help="sequential new clients (default 200; quick 50)")
-    parser.add_argument("--storm-clients", type=int, help="reconnect storm size (default 10000; quick 100)")
-    parser.add_argument("--storm-rate", type=int, default=10, help="topic rate during the storm, msg/s")
+    parser.add_argument(
+        "--storm-clients",
+        type=int,
+        help=f"reconnect storm size (default 10000; --node {NODE_STORM_CLIENTS}; quick 100)",
+    )
+    parser.add_argument("--storm-rate", type=int, help="topic rate during the storm, msg/s (default 10; --node 40)")
     parser.add_argument("--idle-clients", type=int, default=8000, help="open idle streams for `idle` (default 8000)")
     parser.add_argument(
         "--skip-demand",
@@ -694,7 +740,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         '\'{"route": {"filters": [{"expression": "value.s %% 2 == 0"}]}}\'',
     )
     parser.add_argument("--key", default="", help="every message's key, for conflation on one hot key (default none)")
+    parser.add_argument(
+        "--node",
+        action="store_true",
+        help="run against what `make run` starts: platform/web.py with its default workers (or --processes) and\n"
+        "its HAProxy edge and per-address limits, plus the Celery worker, beat and the demo producer\n"
+        "(platform/Procfile), kept running through the whole run, the baseline's scenarios too;\n"
+        "messages of 200 B, the storm at 40 msg/s, clients from --source-addresses",
+    )
+    parser.add_argument(
+        "--source-addresses",
+        type=int,
+        help="the load generator's clients connect from this many loopback addresses (127.0.0.1, .2, ...,\n"
+        "127.0.1.1...), client i from the i-th modulo N (default 0: all from 127.0.0.1; --node: one per client)",
+    )
+    parser.add_argument(
+        "--worker-counts",
+        type=parse_ints,
+        default=[],
+        help="run each scenario once per web worker count (platform/web.py's WEB_PROCESSES), alternating the\n"
+        "order from one scenario to the next; rows `N workers: ...` (e.g. --node --worker-counts 1,2)",
+    )
+    parser.add_argument("--message-bytes", type=int, help="message size, B (default 1024; --node 200)")
+    parser.add_argument(
+        "--node-warm",
+        type=float,
+        default=150.0,
+        help="--node: wait up to this long for the Celery worker's first rollup before the first scenario (s)",
+    )
     harness.add_server_args(parser, processes=1)
+    parser.set_defaults(processes=None)
     args = parser.parse_args(argv)
     if unknown := set(args.values) - {"json", "avro"}:
         parser.error(f"--values: unknown {', '.join(sorted(unknown))}")
@@ -703,8 +778,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.window = args.window or (3.0 if quick else 10.0)
     args.warmup = args.warmup if args.warmup is not None else (1.0 if quick else 3.0)
     args.ttfe_clients = args.ttfe_clients or (50 if quick else 200)
-    args.storm_clients = args.storm_clients or (100 if quick else 10000)
+    # --node: 9 000, as the edge (one HAProxy, two descriptors per stream) holds at most 9 991 connections within
+    # the development machine's hard RLIMIT_NOFILE of 20 000; the others would wait in its accept queue.
+    args.storm_clients = args.storm_clients or (100 if quick else (NODE_STORM_CLIENTS if args.node else 10000))
+    args.storm_rate = args.storm_rate or (40 if args.node else 10)
+    args.message_bytes = args.message_bytes or (200 if args.node else harness.MESSAGE_BYTES)
+    # --node: web.py's own default worker count unless --processes names one (0 in the options).
+    args.processes = args.processes if args.processes is not None else (0 if args.node else 1)
+    if args.source_addresses is None:
+        most = max([args.storm_clients, args.idle_clients + IDLE_WARM, *args.clients]) if args.node else 0
+        args.source_addresses = min(most, loadgen_max_sources())
+    if args.worker_counts and args.configs:
+        parser.error("--worker-counts and --configs: one or the other")
     return args
+
+
+def loadgen_max_sources() -> int:
+    from bench import loadgen  # noqa: PLC0415
+
+    return loadgen.MAX_SOURCE_ADDRESSES
 
 
 def skipped_row(clients: int, rate: int) -> Row:
@@ -726,6 +818,13 @@ def servers_for(opts: Options, args: argparse.Namespace, index: int, kind: str, 
         plain = dataclasses.replace(opts, rate=args.shaped.get("plain_rate"))
         return [shaped, plain] if index % 2 == 0 else [plain, shaped]
     platforms = harness.configurations(opts, args.configs, index)
+    if args.worker_counts:
+        each = [
+            dataclasses.replace(opts, processes=n, label=f"{n} worker{'s' if n > 1 else ''}")
+            for n in args.worker_counts
+        ]
+        shift = index % len(each)
+        platforms = each[shift:] + each[:shift]
     json_cell = kind == "cell" and (what[2] if len(what) > 2 else "json") == "json"
     if not args.baseline or not (json_cell or kind == "storm"):
         return platforms
@@ -757,13 +856,34 @@ def run_kind(opts: Options, args: argparse.Namespace, kind: str, what: Any) -> R
     raise ValueError(kind)
 
 
-def main(argv: list[str] | None = None) -> int:
+def server_description(opts: Options, args: argparse.Namespace) -> str:
+    if args.node:
+        workers = (
+            "/".join(str(n) for n in args.worker_counts)
+            if args.worker_counts
+            else (str(opts.processes) if opts.processes else "its default number of")
+        )
+        return (
+            f"`make run`'s processes: platform/web.py ({workers} workers of `python -m {opts.server_module}` behind "
+            "its HAProxy edge, default per-address limits), the Celery worker (solo pool, Spark), beat and the demo "
+            "producer (platform/Procfile)"
+        )
+    return f"{opts.processes} x `python -m {opts.server_module}`"
+
+
+def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915  (one run, start to table)
     args = parse_args(argv)
     steps = plan(args)
     nofile = harness.raise_nofile()
     harness.load_services_env()
     harness.setup_django()
-    opts = dataclasses.replace(harness.make_options(args, window_s=args.window, warmup_s=args.warmup), key=args.key)
+    opts = dataclasses.replace(
+        harness.make_options(args, window_s=args.window, warmup_s=args.warmup),
+        key=args.key,
+        node=args.node,
+        source_addresses=args.source_addresses,
+        message_bytes=args.message_bytes,
+    )
     registry = None
     if "avro" in args.values:
         if args.registry is None:
@@ -782,10 +902,15 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     started = time.monotonic()
     interrupted = False
+    global COMPANIONS  # noqa: PLW0603  (read by every Sampler)
     try:
+        if args.node:
+            COMPANIONS = harness.Companions(opts, opts.server_env)
+            COMPANIONS.start(args.node_warm)
         for index, (kind, what) in enumerate(steps):
             for step_opts in servers_for(opts, args, index, kind, what):
                 last = run_step(step_opts, args, kind, what)
+                last.step = index
                 if step_opts.baseline:
                     last.scenario = BASELINE + last.scenario
                 elif step_opts.route or step_opts.query:
@@ -803,6 +928,8 @@ def main(argv: list[str] | None = None) -> int:
         interrupted = True
         log("interrupted: stopping everything this run started")
     finally:
+        if COMPANIONS is not None:
+            COMPANIONS.stop()
         Proc.stop_all()
         if registry is not None:
             registry.stop()
@@ -810,9 +937,11 @@ def main(argv: list[str] | None = None) -> int:
     header = (
         f"## SSE fan-out, run {opts.run_id} ({'quick' if args.quick else 'full'}, {elapsed:.0f} s"
         f"{', interrupted' if interrupted else ''})\n\n"
-        f"{NCPU} cores; server: {opts.processes} x `python -m {opts.server_module}`"
+        f"{NCPU} cores; server: {server_description(opts, args)}"
         f"{' ' + ' '.join(args.server_env) if args.server_env else ''}; {PARTITIONS} partitions, "
-        f"{harness.MESSAGE_BYTES} B messages; window {opts.window_s:.0f} s after {opts.warmup_s:.0f} s warm-up; "
+        f"{opts.message_bytes} B messages; "
+        + (f"clients from {opts.source_addresses} loopback addresses; " if opts.source_addresses else "")
+        + f"window {opts.window_s:.0f} s after {opts.warmup_s:.0f} s warm-up; "
         "latency = receipt in the load generator minus the send time embedded in the message by the producer; "
         "CPU in cores (1.00 = one core busy)"
         + (

@@ -145,6 +145,14 @@ def connections_to(pids: list[int], port: int) -> int:
     return count
 
 
+def is_edge(pid: int) -> bool:
+    """Whether `pid` runs HAProxy (platform/web.py's edge, among its workers)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "haproxy"
+    except OSError:
+        return False
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -245,8 +253,8 @@ class Proc:
 class LoadGen(Proc):
     """bench/loadgen.py, driven by JSON lines on its stdin; replies come back through a reader thread."""
 
-    def __init__(self, port: int, log_path: Path) -> None:
-        argv = [PY, str(BENCH / "loadgen.py"), "--port", str(port)]
+    def __init__(self, port: int, log_path: Path, *, source_addresses: int = 0) -> None:
+        argv = [PY, str(BENCH / "loadgen.py"), "--port", str(port), "--source-addresses", str(source_addresses)]
         super().__init__("loadgen", argv, log_path=log_path, pipes=True)
         self.replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
         assert self.popen.stdout is not None
@@ -278,11 +286,96 @@ class LoadGen(Proc):
 
     def stop(self, grace: float = 5.0, sig: int = signal.SIGTERM) -> int | None:
         if self.alive() and self.popen.stdin is not None:
-            with contextlib.suppress(OSError, BenchError):
+            with contextlib.suppress(OSError, BenchError, subprocess.TimeoutExpired):
                 self.popen.stdin.write(b'{"cmd": "quit"}\n')
                 self.popen.stdin.flush()
                 self.popen.wait(3)
         return super().stop(grace, sig)
+
+
+class Companions:
+    """What `make run` runs beside the web workers (platform/Procfile): the Celery worker (`--pool=solo`, which keeps
+    its Spark session warm between rollups), Celery beat with the database scheduler, and the demo producer,
+    after `manage.py demo_setup` as platform/start.sh runs it. Started once for a run (`--node`) and kept through
+    every scenario, the baseline's too; stopped at its end."""
+
+    PROCFILE = ("worker", "beat", "producer")
+
+    def __init__(self, opts: Options, env: dict[str, str]) -> None:
+        self.opts = opts
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.local"),
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
+        self.procs: dict[str, Proc] = {}
+
+    def log_path(self, what: str) -> Path:
+        return self.opts.out_dir / f"node-{self.opts.run_id}-{what}.log"
+
+    def commands(self) -> dict[str, list[str]]:
+        """platform/Procfile's lines but `web:` (each scenario starts its own web.py), from the checkout run."""
+        commands: dict[str, list[str]] = {}
+        procfile = self.opts.app_dir / "platform" / "Procfile"
+        bin_dir = Path(PY).parent
+        for line in procfile.read_text().splitlines():
+            name, sep, command = line.partition(":")
+            if not sep or name.strip() not in self.PROCFILE:
+                continue
+            argv = command.split()
+            if argv and argv[0].startswith(".venv/bin/"):  # this interpreter's virtualenv
+                argv[0] = str(bin_dir / argv[0].removeprefix(".venv/bin/"))
+            commands[name.strip()] = argv
+        missing = set(self.PROCFILE) - set(commands)
+        if missing:
+            raise BenchError(f"{procfile} has no {', '.join(sorted(missing))} line")
+        return commands
+
+    def start(self, warm_s: float) -> None:
+        """demo_setup, then the Procfile's processes; waits up to `warm_s` for the worker's first rollup (its Spark
+        session then warm, as on a node that has run a while)."""
+        setup = [PY, "manage.py", "demo_setup", "--topic", "items-snapshots", "--path", "/items"]
+        setup += ["--avro-topic", "orders-avro", "--avro-path", "/orders"]
+        done = subprocess.run(
+            setup, cwd=self.opts.app_dir, env=self.env, capture_output=True, text=True, timeout=120, check=False
+        )
+        if done.returncode != 0:
+            raise BenchError(f"demo_setup failed:\n{done.stderr[-2000:]}")
+        for name, argv in self.commands().items():
+            self.procs[name] = Proc(name, argv, log_path=self.log_path(name), env=self.env, cwd=self.opts.app_dir)
+            log(f"node: {name} started (pid {self.procs[name].pid}): {' '.join(argv[1:])}")
+        worker = self.procs["worker"]
+        deadline = time.monotonic() + warm_s
+        while time.monotonic() < deadline:
+            for name, proc in self.procs.items():
+                if not proc.alive():
+                    raise BenchError(f"node: {name} exited with {proc.popen.returncode}:\n{proc.tail()}")
+            text = worker.log_path.read_text(errors="replace")
+            if "succeeded in" in text or " failed: " in text or "raised unexpected" in text:
+                log("node: the worker ran its first rollup (its Spark session is warm)")
+                return
+            time.sleep(1.0)
+        log(f"node: no rollup finished within {warm_s:.0f} s; going on")
+
+    def pids(self) -> list[int]:
+        """The companions and their descendants (the worker's Spark JVM)."""
+        found: list[int] = []
+        for proc in self.procs.values():
+            if proc.alive():
+                todo = [proc.pid]
+                while todo:
+                    pid = todo.pop()
+                    found.append(pid)
+                    todo += children(pid)
+        return found
+
+    def alive(self) -> list[str]:
+        return [name for name, proc in self.procs.items() if proc.alive()]
+
+    def stop(self) -> None:
+        for proc in reversed(list(self.procs.values())):
+            proc.stop(grace=10.0)
 
 
 def fmt_errors(errors: dict[str, int]) -> str:
@@ -318,6 +411,9 @@ class Options:
     query: str = ""  # what each stream's URL ends with (`?delta=merge-patch`): --shaped
     key: str = ""  # every message's key (a hot key): --key
     rate: int | None = None  # the topic rate of a cell instead of its scenario's: --shaped's `plain_rate`
+    node: bool = False  # the server is platform/web.py as `make run` starts it: its default workers, its edge, limits
+    source_addresses: int = 0  # the load generator's loopback source addresses (0: all from 127.0.0.1)
+    message_bytes: int = MESSAGE_BYTES  # the producer's message size
 
 
 EDGES = ("none", "haproxy", "nginx")
@@ -327,13 +423,16 @@ EDGE_NOFILE = 20_000  # what an edge process may open: two descriptors per strea
 class Scenario:
     """One topic, one route, one fresh server; everything it starts is stopped by `close()`."""
 
+    started: ClassVar[int] = 0  # scenarios started in this run
+
     def __init__(
         self, opts: Options, name: str, *, start: str, server_env: dict[str, str] | None = None, values: str = "json"
     ) -> None:
         self.opts = opts
         self.name = name
         self.values = values  # "json", or "avro": through the registry, decoded by the server
-        slug = ("baseline-" if opts.baseline else "") + name.replace(" ", "-")
+        Scenario.started += 1  # a scenario run again gets a topic and logs of its own
+        slug = ("baseline-" if opts.baseline else "") + name.replace(" ", "-") + f"-{Scenario.started}"
         self.topic = f"bench-{opts.run_id}-{slug}"
         self.path = f"/bench/{opts.run_id}/{slug}"
         self.route = self.topic
@@ -350,7 +449,7 @@ class Scenario:
         self.start = start
         self.edge: Proc | None = None
         self.effective_env: dict[str, str] = {}  # what the server was started with
-        self.edge_kind = "none" if opts.baseline or opts.processes != 1 else opts.edge
+        self.edge_kind = "none" if opts.baseline or opts.processes != 1 or opts.node else opts.edge
         self.upstream_socket: socket.socket | None = None  # the server's, behind an edge
         self.upstream_port = 0
         self.edge_token = secrets.token_urlsafe(32)
@@ -383,14 +482,24 @@ class Scenario:
             "DJANGO_DEBUG": "0",
             "LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
-            # The load generator's thousands of clients all come from 127.0.0.1.
-            "SSE_MAX_STREAMS_PER_CLIENT": "0",
-            "SSE_MAX_CONNECTIONS_PER_CLIENT": "0",
-            **self.server_env,
         }
+        if not self.opts.node:
+            # The load generator's thousands of clients all come from 127.0.0.1 (unless --source-addresses); a node
+            # as `make run` starts it keeps its per-address limits.
+            env |= {"SSE_MAX_STREAMS_PER_CLIENT": "0", "SSE_MAX_CONNECTIONS_PER_CLIENT": "0"}
+        env |= self.server_env
         if self.opts.baseline:
             argv = [PY, str(BENCH / "baseline_server.py"), "--port", str(self.port)]
             argv += ["--kafka", self.opts.bootstrap, "--topic", self.topic]
+        elif self.opts.node:
+            # platform/web.py as the Procfile runs it: its default worker count (unless --processes), its HAProxy
+            # edge, its backlog. Plain HTTP only: the load generator speaks nothing else.
+            env |= {"WEB_HOST": "127.0.0.1", "WEB_PORT": str(self.port), "WEB_TLS_PORT": "off"}
+            if self.opts.processes:
+                env["WEB_PROCESSES"] = str(self.opts.processes)
+            if self.opts.server_module != "streams.server":
+                env["WEB_SERVER_MODULE"] = self.opts.server_module
+            argv = [PY, str(self.web_py())]
         elif self.opts.processes == 1:
             endpoint = f"tcp:port={self.port}:interface=127.0.0.1:backlog=4096"
             argv = [PY, "-m", self.opts.server_module, "-v", "0", "-e", endpoint, "config.asgi:application"]
@@ -404,10 +513,7 @@ class Scenario:
                 "WEB_SERVER_MODULE": self.opts.server_module,
                 "WEB_DAPHNE_ARGS": "-v 0",
             }
-            web = self.opts.app_dir / "platform" / "web.py"  # its workers run the code beside it
-            if not web.exists():
-                raise BenchError(f"--processes {self.opts.processes} needs {web}")
-            argv = [PY, str(web)]
+            argv = [PY, str(self.web_py())]
         if self.edge_kind != "none":
             argv = self.behind_edge(argv)
             env["SSE_EDGE_TOKEN"] = self.edge_token
@@ -421,12 +527,27 @@ class Scenario:
         while time.monotonic() < deadline:
             if not self.server.alive():
                 raise BenchError(f"server exited with {self.server.popen.returncode}:\n{self.server.tail()}")
-            if self.health(limit_s=1.0) is not None and len(self.server_pids()) == (
-                1 if self.opts.baseline else self.opts.processes
-            ):
+            if self.health(limit_s=1.0) is not None and len(self.server_pids()) == self.expected_workers():
                 return
             time.sleep(0.2)
         raise BenchError(f"server not ready within 60s:\n{self.server.tail()}")
+
+    def web_py(self) -> Path:
+        web = self.opts.app_dir / "platform" / "web.py"  # its workers run the code beside it
+        if not web.exists():
+            raise BenchError(f"--processes {self.opts.processes} and --node need {web}")
+        return web
+
+    def expected_workers(self) -> int:
+        """The server processes to wait for: platform/web.py's workers (its default count with --node)."""
+        if self.opts.baseline:
+            return 1
+        if self.opts.node and not self.opts.processes:
+            return int(self.effective_env.get("WEB_PROCESSES") or max(1, (os.cpu_count() or 1) // 2))
+        return self.opts.processes
+
+    def uses_web_py(self) -> bool:
+        return not self.opts.baseline and (self.opts.node or self.opts.processes != 1)
 
     def behind_edge(self, argv: list[str]) -> list[str]:
         """The server's command line behind the edge, believing the edge's headers, on a loopback socket made as
@@ -454,6 +575,8 @@ class Scenario:
 
     def edge_pids(self) -> list[int]:
         """The edge's processes (nginx: its master and workers)."""
+        if self.uses_web_py() and self.server is not None and self.server.alive():
+            return [pid for pid in children(self.server.pid) if is_edge(pid)]  # platform/web.py's own HAProxy
         if self.edge is None or not self.edge.alive():
             return []
         return [self.edge.pid, *children(self.edge.pid)]
@@ -473,13 +596,13 @@ class Scenario:
         return reply
 
     def start_loadgen(self) -> LoadGen:
-        self.loadgen = LoadGen(self.port, self.log_path("loadgen"))
+        self.loadgen = LoadGen(self.port, self.log_path("loadgen"), source_addresses=self.opts.source_addresses)
         self.procs.append(self.loadgen)
         return self.loadgen
 
     def start_producer(self, rate: float, *, count: int = 0, wait_s: float = 20.0) -> Proc:
         argv = [PY, str(BENCH / "producer.py"), "--bootstrap", self.opts.bootstrap, "--topic", self.topic]
-        argv += ["--rate", str(rate), "--partitions", str(PARTITIONS), "--size", str(MESSAGE_BYTES)]
+        argv += ["--rate", str(rate), "--partitions", str(PARTITIONS), "--size", str(self.opts.message_bytes)]
         argv += ["--count", str(count), "--linger-ms", "5"]
         if self.opts.key:
             argv += ["--key", self.opts.key]
@@ -500,7 +623,9 @@ class Scenario:
     def server_pids(self) -> list[int]:
         if self.server is None or not self.server.alive():
             return []
-        return [self.server.pid] if self.opts.processes == 1 or self.opts.baseline else children(self.server.pid)
+        if not self.uses_web_py():
+            return [self.server.pid]
+        return [pid for pid in children(self.server.pid) if not is_edge(pid)]  # platform/web.py's workers
 
     def tree_pids(self) -> list[int]:
         """The server and all its descendants: web.py, its workers, their fetch and host processes."""

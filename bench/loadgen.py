@@ -23,10 +23,18 @@ It reads one JSON command per line on stdin and answers each with one JSON line 
   reconnections send their last event id and continue the sequence check across the gap; the others start afresh.
 - ``{"cmd": "quit"}``.
 
+With ``--source-addresses N``, the clients connect from N loopback addresses, ``127.0.0.1``, ``127.0.0.2``, ...
+``127.0.0.254``, ``127.0.1.1``... (`source_address`; on Linux the whole of 127/8 is the loopback), client i from
+the i-th modulo N, as many users would: the platform and its edge count their per-address limits
+(``SSE_MAX_CONNECTIONS_PER_CLIENT``, ``SSE_MAX_STREAMS_PER_CLIENT``) per address. A resumed stream comes back from
+the address it left. Without it (0) every client connects from 127.0.0.1.
+
 Clients are raw `asyncio.Protocol`s (HTTP/1.1, one GET each, kept open). The benchmark's messages are JSON
 objects starting ``{"t":<send time>,"p":<partition>,"s":<sequence in partition>``; the latency of an event
-is the time it is parsed here minus ``t`` (both `time.time()` on this machine). Chunked transfer framing is
-not decoded: the server writes whole events per chunk, and the counting only looks at ``data:`` lines.
+is the time it is parsed here minus ``t`` (both `time.time()` on this machine). A chunked body is decoded
+(`Dechunker`): the servers write whole events per chunk, but an edge in front frames the body again as its own
+buffers fill, and a chunk's size line may then fall in the middle of an event, whose ``data:`` line or id the
+counting would miss (gaps in the resume check, a garbled Last-Event-ID).
 """
 
 from __future__ import annotations
@@ -57,6 +65,18 @@ def percentile(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
+ADDRESSES_PER_BLOCK = 254  # 127.0.x.1 .. 127.0.x.254
+MAX_SOURCE_ADDRESSES = 256 * ADDRESSES_PER_BLOCK
+
+
+def source_address(index: int) -> str:
+    """The `index`-th loopback source address (from 0): 127.0.0.1 ... 127.0.0.254, 127.0.1.1 ..."""
+    if not 0 <= index < MAX_SOURCE_ADDRESSES:
+        raise ValueError(f"source address {index} out of 127.0.0.0/16")
+    block, host = divmod(index, ADDRESSES_PER_BLOCK)
+    return f"127.0.{block}.{host + 1}"
+
+
 def error_name(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return "timeout"
@@ -82,17 +102,57 @@ class Stats:
         self.started = time.time()
 
 
+class Dechunker:
+    """The body of a chunked HTTP/1.1 response, from the bytes as they arrive."""
+
+    __slots__ = ("crlf", "left", "raw")
+
+    def __init__(self) -> None:
+        self.raw = b""  # an incomplete size line, or a chunk's end still to come
+        self.left = 0  # bytes of the current chunk still to come
+        self.crlf = False  # the CRLF after a chunk's data is due
+
+    def feed(self, data: bytes) -> bytes:
+        buf = self.raw + data if self.raw else data
+        out: list[bytes] = []
+        pos, end = 0, len(buf)
+        while pos < end:
+            if self.left:
+                take = min(self.left, end - pos)
+                out.append(buf[pos : pos + take])
+                pos += take
+                self.left -= take
+                self.crlf = not self.left
+            elif self.crlf:
+                if end - pos < 2:
+                    break
+                pos += 2
+                self.crlf = False
+            else:
+                line = buf.find(b"\r\n", pos)
+                if line < 0:
+                    break
+                self.left = int(buf[pos:line].split(b";", 1)[0], 16)
+                pos = line + 2
+                if not self.left:  # the last chunk: nothing follows but trailers
+                    pos = end
+        self.raw = buf[pos:]
+        return out[0] if len(out) == 1 else b"".join(out)
+
+
 class Client(asyncio.Protocol):
     """One SSE stream."""
 
-    def __init__(self, gen: Generator, path: str, request: bytes) -> None:
+    def __init__(self, gen: Generator, path: str, request: bytes, source: str | None = None) -> None:
         self.gen = gen
         self.path = path
+        self.source = source  # the local address it connects from; None: the kernel's choice (127.0.0.1)
         self.request = request
         self.transport: asyncio.Transport | None = None
         self.head = b""
         self.status = 0
         self.carry = b""
+        self.body: Dechunker | None = None  # a chunked response's decoder
         self.events = 0
         self.last_id: bytes | None = None
         self.last_seq: dict[bytes, int] = {}
@@ -106,27 +166,43 @@ class Client(asyncio.Protocol):
         self.transport = transport
         transport.write(self.request)
 
+    def read_head(self, data: bytes) -> bytes | None:
+        """The response's head, as it arrives: what follows it once it is complete and a 200, else None."""
+        self.head += data
+        end = self.head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.head) > MAX_HEAD:
+                self.fail("bad-response")
+            return None
+        try:
+            self.status = int(self.head[9:12])
+        except ValueError:
+            self.fail("bad-response")
+            return None
+        head, data, self.head = self.head[:end], self.head[end + 4 :], b""
+        if b"transfer-encoding: chunked" in head.lower():
+            self.body = Dechunker()
+        if self.status != 200:
+            self.fail(f"http-{self.status}")
+            return None
+        if not self.headers.done():
+            self.headers.set_result(self.status)
+        return data
+
     def data_received(self, data: bytes) -> None:
         if not self.status:
-            self.head += data
-            end = self.head.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self.head) > MAX_HEAD:
-                    self.fail("bad-response")
+            body = self.read_head(data)
+            if body is None:
                 return
-            try:
-                self.status = int(self.head[9:12])
-            except ValueError:
-                self.fail("bad-response")
-                return
-            data, self.head = self.head[end + 4 :], b""
-            if self.status != 200:
-                self.fail(f"http-{self.status}")
-                return
-            if not self.headers.done():
-                self.headers.set_result(self.status)
+            data = body
         gen = self.gen
         gen.stats.bytes += len(data)
+        if self.body is not None:
+            try:
+                data = self.body.feed(data)
+            except ValueError:
+                self.fail("bad-chunk")
+                return
         buf = self.carry + data if self.carry else data
         end = buf.rfind(b"\n\n")
         if end < 0:
@@ -208,10 +284,13 @@ class Client(asyncio.Protocol):
 
 
 class Generator:
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, source_addresses: int = 0) -> None:
         self.host, self.port = host, port
         self.clients: set[Client] = set()
-        self.dropped: list[tuple[str, bytes | None, dict[bytes, int]]] = []  # path, last id, last sequences
+        # path, last id, last sequences, source address
+        self.dropped: list[tuple[str, bytes | None, dict[bytes, int], str | None]] = []
+        self.sources = [source_address(i) for i in range(source_addresses)]
+        self.opened = 0  # clients opened so far: the next one's source address
         self.stats = Stats()
         self.track = False  # parse partition and sequence, keep the last event id (resume scenarios)
 
@@ -227,15 +306,30 @@ class Generator:
             head += b"Last-Event-ID: " + last_id + b"\r\n"
         return head + b"\r\n"
 
+    def next_source(self) -> str | None:
+        if not self.sources:
+            return None
+        source = self.sources[self.opened % len(self.sources)]
+        self.opened += 1
+        return source
+
     async def open(
-        self, path: str, limit_s: float, last_id: bytes | None = None, last_seq: dict[bytes, int] | None = None
+        self,
+        path: str,
+        limit_s: float,
+        last_id: bytes | None = None,
+        last_seq: dict[bytes, int] | None = None,
+        source: str | None = None,
     ) -> Client:
         loop = asyncio.get_running_loop()
-        client = Client(self, path, self.request(path, last_id))
+        if source is None:
+            source = self.next_source()
+        client = Client(self, path, self.request(path, last_id), source)
         client.last_seq = dict(last_seq or {})  # a resumed stream continues the sequence check of the old one
+        local = (source, 0) if source is not None else None
         try:
             async with asyncio.timeout(limit_s):
-                await loop.create_connection(lambda: client, self.host, self.port)
+                await loop.create_connection(lambda: client, self.host, self.port, local_addr=local)
                 await client.headers
         except BaseException as exc:
             if not client.closing:
@@ -290,11 +384,15 @@ class Generator:
 
     def drop(self) -> dict[str, Any]:
         clients = list(self.clients)
-        self.dropped = [(c.path, c.last_id, c.last_seq) for c in clients]
+        self.dropped = [(c.path, c.last_id, c.last_seq, c.source) for c in clients]
         for client in clients:
             client.close()
         self.clients.clear()
-        return {"dropped": len(clients), "with_id": sum(1 for _, i, _ in self.dropped if i is not None)}
+        return {
+            "dropped": len(clients),
+            "with_id": sum(1 for _, i, _, _ in self.dropped if i is not None),
+            "sources": len({s for _, _, _, s in self.dropped}),
+        }
 
     async def reconnect(self, limit_s: float) -> dict[str, Any]:
         """Reopen every dropped stream at once; time until each has received its next event."""
@@ -302,8 +400,8 @@ class Generator:
 
         headers: list[float] = []
 
-        async def resume(path: str, last_id: bytes | None, last_seq: dict[bytes, int]) -> float:
-            client = await self.open(path, limit_s, last_id, last_seq)  # failures are counted by open
+        async def resume(path: str, last_id: bytes | None, last_seq: dict[bytes, int], source: str | None) -> float:
+            client = await self.open(path, limit_s, last_id, last_seq, source)  # failures are counted by open
             headers.append(time.time() - started)
             try:
                 async with asyncio.timeout(max(0.1, started + limit_s - time.time())):
@@ -469,12 +567,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--source-addresses",
+        type=int,
+        default=0,
+        help=f"connect from this many loopback addresses, 127.0.0.1 onwards (at most {MAX_SOURCE_ADDRESSES}; "
+        "0: all from 127.0.0.1)",
+    )
     args = parser.parse_args()
     if args.host not in {"127.0.0.1", "localhost"}:
         parser.error("the load generator only talks to 127.0.0.1")
+    if not 0 <= args.source_addresses <= MAX_SOURCE_ADDRESSES:
+        parser.error(f"--source-addresses: 0 to {MAX_SOURCE_ADDRESSES}")
     raise_nofile()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(Generator(args.host, args.port)))
+        asyncio.run(serve(Generator(args.host, args.port, args.source_addresses)))
 
 
 if __name__ == "__main__":

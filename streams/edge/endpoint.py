@@ -3,8 +3,8 @@
 Paths under the reserved prefixes (admin, API, static, the demo page) go to Django; every other path is a
 stream request, matched against the routes. A stream runs as one task, daphne's for the request: its pump runs
 there until it ends, the client goes or `stop` resolves, and either of those ends it at once (race.py).
-Before its response starts, `open_topic` finds the stream's topic and where it starts there, or the problem it
-is refused with. Its other parts live beside it: HTTP helpers (http.py), requests that open no stream
+Before its response starts, `open_topic` (topics.py) finds the stream's topic and where it starts there, or the
+problem it is refused with. Its other parts live beside it: HTTP helpers (http.py), requests that open no stream
 (side_requests.py), the pump (streams/stream/pump.py), a guarded stream's token lease (streams/access/lease.py).
 """
 
@@ -15,15 +15,13 @@ import hmac
 import logging
 import sys
 import time
-from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable
 from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
 
-from bindings.patterns import is_internal_topic, is_topic_name
 from bindings.selectors import SLOW_CLIENT_CONFLATE, RouteSpec
 from config.logs import log_access, new_request_id, request_id
 from streams.access.guards import Grant, Refusal, authorise
@@ -43,26 +41,22 @@ from streams.edge.http import (
     respond_json,
     with_request_id,
 )
-from streams.edge.limits import LimitReached, identity_of
-from streams.edge.metrics import STARTS, exposition
+from streams.edge.limits import LimitReached, Ticket, identity_of
+from streams.edge.metrics import exposition
 from streams.edge.race import race
 from streams.edge.readiness import PROBES, Readiness
 from streams.edge.runtime import Runtime
 from streams.edge.runtime import runtime as process_runtime
 from streams.edge.side_requests import side_request
-from streams.hub.topic_state import TopicState
-from streams.kafka.client import KafkaUnavailableError, ReaderStats, TopicNotFoundError
+from streams.edge.topics import RETRY_SOON, TopicProblem, open_topic
 from streams.routes.matching import Match
 from streams.server.daphne import FLOW_EXTENSION
-from streams.stream.opening import Opened, open_subscription, stream_row
+from streams.stream.opening import stream_row
 from streams.stream.pump import Pump
-from streams.stream.reader import Source, start_source
 from streams.telemetry.delivery_log import StreamRow
 from streams.telemetry.delivery_schema import End
 
 log = logging.getLogger(__name__)
-
-RETRY_SOON = ((b"retry-after", b"5"),)
 
 
 class StreamEndpoint:
@@ -139,7 +133,7 @@ class Stream:
     """One SSE response: checks the request, resolves the route, then pumps Kafka records to the client."""
 
     # No dict of its own (held as long as its client); `__weakref__`: the revocations hold ended streams weakly.
-    __slots__ = ("__weakref__", "cors", "grants", "lease", "path", "pump", "receive", "route", "runtime", "scope", "send", "stop")  # fmt: skip  # noqa: E501
+    __slots__ = ("__weakref__", "cors", "counted", "grants", "lease", "path", "pump", "receive", "route", "runtime", "scope", "send", "stop")  # fmt: skip  # noqa: E501
 
     def __init__(self, scope: Scope, receive: Receive, send: Send, runtime: Runtime) -> None:
         self.scope, self.receive, self.send = scope, receive, send
@@ -151,6 +145,7 @@ class Stream:
         self.grants: dict[str, Grant] = {}  # by guard: the tokens that authorised this stream
         self.pump: Pump | None = None
         self.lease: Lease | None = None  # the expiry and challenge timers of a guarded stream
+        self.counted = False  # among the streams opening (`opened`)
 
     async def problem(
         self,
@@ -168,7 +163,6 @@ class Stream:
         await problem(self.send, status, title, detail, headers=(*headers, *self.cors), **extra)
 
     async def run(self) -> None:
-        method = self.scope["method"]
         path = self.path = raw_path(self.scope)
         if await side_request(self.scope, self.receive, self.send, path, self.runtime):
             return
@@ -178,20 +172,40 @@ class Stream:
         if first.get("body") or first.get("more_body"):
             await self.problem(400, "Bad request", "A stream request has no body.", reason="body")
             return
+        del first
+        # Counted among the streams opening until its pump first rests, or its request ends (`Runtime.storming`).
+        self.runtime.opening += 1
+        self.counted = True
+        try:
+            # The checks' frame is gone once they are done: every frame a stream waits in is held while it runs.
+            checked = await self.admit(path)
+            if checked is None:
+                return
+            admitted, ticket = checked
+            del checked
+            try:
+                await self.serve(admitted, head_only=self.scope["method"] == "HEAD")
+            finally:
+                self.runtime.limits.release(ticket)
+        finally:
+            self.opened()
+
+    async def admit(self, path: str) -> tuple[Admitted, Ticket] | None:
+        """The request's checks, route and admission under the limits; None once a problem response went out."""
         resume = last_event_id(self.scope)
         if resume is not None and len(resume) > MAX_LAST_EVENT_ID_BYTES:
             detail = f"Last-Event-ID is longer than {MAX_LAST_EVENT_ID_BYTES} bytes."
             await self.problem(400, "Bad request", detail, reason="last_event_id")
-            return
+            return None
         try:
             candidates = await self.runtime.routes.candidates(path)
         except DatabaseError:  # and no table read before (streams/routes/table.py)
             detail = "The routes cannot be read now; retry in a moment."
             await self.problem(503, "Routes unavailable", detail, reason="database", headers=RETRY_SOON)
-            return
+            return None
         if not candidates:
             await self.problem(404, "No route", f"No route matches {path}.", reason="no_route")
-            return
+            return None
         self.cors = cors_headers(candidates[0].route.endpoint, header(self.scope, b"origin"))
         revocations = self.runtime.revocations
         try:
@@ -200,12 +214,12 @@ class Stream:
         except DatabaseError:  # never read yet: a revoked token must not slip through
             detail = "The revoked tokens cannot be read now; retry in a moment."
             await self.problem(503, "Revocations unavailable", detail, reason="database", headers=RETRY_SOON)
-            return
+            return None
         authorised = await authorise(candidates, self.scope, revocations.covers)
         if isinstance(authorised, Refusal):
             self.runtime.refused(candidates[0].route.name, authorised.status, authorised.reason)
             await refuse(self.send, authorised, self.cors)
-            return
+            return None
         matched = authorised.match
         self.route = matched.route
         self.cors = cors_headers(matched.route.endpoint, header(self.scope, b"origin"))
@@ -214,19 +228,13 @@ class Stream:
             asks = stream_asks(self.scope, matched.route)
         except AskError as exc:
             await self.problem(400, "Bad request", str(exc), reason=exc.parameter, parameter=exc.parameter)
-            return
+            return None
         client = str((self.scope.get("client") or ("",))[0])
         ticket = self.runtime.limits.admit(matched.route.endpoint, client, identity_of(matched.route, self.grants))
         if isinstance(ticket, LimitReached):
             await self.problem(ticket.status, ticket.title, ticket.detail, reason=ticket.reason, headers=ticket.headers)
-            return
-        # This frame lives as long as the stream: it keeps none of what only the checks and the open need.
-        admitted = Admitted(matched, resume, asks)
-        del first, candidates, authorised, matched, resume, asks
-        try:
-            await self.serve(admitted, head_only=method == "HEAD")
-        finally:
-            self.runtime.limits.release(ticket)
+            return None
+        return Admitted(matched, resume, asks), ticket
 
     async def serve(self, admitted: Admitted, *, head_only: bool) -> None:
         matched, resume, asks = admitted.take()
@@ -250,6 +258,7 @@ class Stream:
         pump = Pump(
             hub, state, opened.subscription, opened.starts, send=self.send, flow=flow, conflate=conflate,
             label=route.name, stats=self.runtime.stats, log=sinks, on_gone=partial(self.end, End.TOPIC_DELETED),
+            on_settled=self.opened,
         )  # fmt: skip
         self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump
@@ -266,6 +275,13 @@ class Stream:
             registration.close(end)
             await pump.close()
             self.pump = None  # the pump's `on_gone` holds this stream: freed without the collector
+
+    def opened(self) -> None:
+        """No longer among the streams opening: its pump first rested, or its request ended (once however often
+        called)."""
+        if self.counted:
+            self.counted = False
+            self.runtime.opening -= 1
 
     def reauthorised(self) -> None:
         """A challenge response renewed one of this stream's tokens."""
@@ -303,52 +319,6 @@ class Admitted:
             raise RuntimeError("a stream's admission is taken once")
         self.matched = self.resume = self.asks = None
         return matched, resume, asks
-
-
-@dataclass(frozen=True)
-class TopicProblem:
-    """Why a stream cannot open on its topic: the problem response, and the reason it is counted under."""
-
-    status: int
-    title: str
-    detail: str
-    reason: str
-    headers: tuple[tuple[bytes, bytes], ...] = ()
-    extra: Mapping[str, Any] = field(default_factory=dict)  # more members of the problem body
-
-
-async def open_topic(
-    runtime: Runtime, matched: Match, resume: bytes | None, asks: Asks
-) -> tuple[TopicState, Opened] | TopicProblem:
-    """The stream's topic and where it starts in it, or why it cannot start: the templated name is no topic's,
-    the topic does not exist, Kafka cannot be reached, or the stream starts before the cache window while every
-    reader of older records is busy."""
-    if not is_topic_name(matched.topic):
-        detail = f"{matched.topic!r} is not a Kafka topic name."
-        return TopicProblem(404, "Unknown topic", detail, "unknown_topic", extra={"topic": matched.topic})
-    if is_internal_topic(matched.topic, settings.SSE_INTERNAL_TOPICS):  # as if it did not exist
-        detail = str(TopicNotFoundError(matched.topic))
-        return TopicProblem(404, "Unknown topic", detail, "unknown_topic", extra={"topic": matched.topic})
-    hub = runtime.hub()
-    try:
-        state = await hub.topic(matched.topic)
-        opened = await open_subscription(
-            hub, state, matched, resume, asks.since_ms, stats=runtime.stats, log_batches=runtime.deliveries.enabled,
-            shaping=asks.shaping,
-        )  # fmt: skip
-    except TopicNotFoundError as exc:
-        return TopicProblem(404, "Unknown topic", str(exc), "unknown_topic", extra={"topic": exc.topic})
-    except KafkaUnavailableError as exc:
-        log.warning("kafka unavailable for %s: %s", matched.topic, exc)
-        detail = "The message broker cannot be reached; retry later."
-        return TopicProblem(503, "Kafka unavailable", detail, "kafka_unavailable", RETRY_SOON)
-    source = start_source(hub.cache, state.name, opened.starts)
-    if source is Source.HISTORY and not ReaderStats.room(hub.kafka):
-        retry = ((b"retry-after", b"%d" % settings.SSE_LIMIT_RETRY_AFTER_S),)
-        detail = "This stream starts before what the server keeps, and every reader of older records is busy."
-        return TopicProblem(503, "Server busy", detail, "max_historical_readers", retry)
-    STARTS.labels("hit" if source is Source.CACHE else "miss").inc()
-    return state, opened
 
 
 class Registration:

@@ -51,6 +51,9 @@ from streams.telemetry.delivery_log import DeliveryLog, DeliverySinks
 from streams.telemetry.delivery_schema import End, Start
 from streams.telemetry.log_writer import LogTopic
 
+# Streams opening at once past which the live fan-out yields more of the loop (streams/hub/hub.py, FanOut).
+STORM_OPENING = 100
+
 # What a process's hub counts, all zero before its first stream starts the hub.
 IDLE_COUNTERS = (
     "kafka_consumers", "fetch_streams", "subscriptions", "stalled_streams", "stalls_noticed", "fetcher_restarts",
@@ -88,6 +91,7 @@ class Runtime:
     revocations: Revocations = field(init=False)
     deliveries: DeliverySinks = field(init=False)  # what the pumps tell of each write: log and metrics
     memory: Reclaimer = field(init=False)
+    opening: int = 0  # streams between their request and their pump's first rest (caught up, or waiting)
 
     def __post_init__(self) -> None:
         self.routes = RouteTable(self.open_streams)
@@ -123,7 +127,12 @@ class Runtime:
     def hub(self) -> Hub:
         hub = get_hub()
         hub.decode_with(self.routes.models)  # a hub started after the route table was read
+        hub.fan_out.opens_waiting = self.storming  # its fan-out yields more while many streams are opening
         return hub
+
+    def storming(self) -> bool:
+        """Whether many streams are opening now (a reconnect storm)."""
+        return self.opening > STORM_OPENING
 
     def _models_changed(self, models: Models) -> None:
         """The route table read other catalogs or topic models: the running hub decodes with them from now on."""

@@ -39,6 +39,9 @@ from streams.server.inbox import Inboxes
 from streams.server.reaping import ReapOnChange
 
 FLOW_EXTENSION = "sse.flow"
+# How many connections a listening port may accept in one turn of the loop (it stops sooner when none is waiting):
+# what the kernel may queue for it (the listen backlog, 4096 by default, capped by net.core.somaxconn).
+ACCEPTS_PER_TURN = 4096
 
 
 @implementer(IPushProducer)
@@ -221,6 +224,11 @@ class FlowControlServer(ReapOnChange, Inboxes, Server):  # type: ignore[misc]
         cast(Any, reactor).callLater(collector.REVIEW_EVERY_S, self.review_garbage)
         super().run()
 
+    def listen_success(self, port: Any) -> None:
+        super().listen_success(port)
+        if isinstance(port, tcp.Port):
+            accept_eagerly(port)
+
     def review_garbage(self) -> None:
         collector.review()
         cast(Any, reactor).callLater(collector.REVIEW_EVERY_S, self.review_garbage)
@@ -282,6 +290,27 @@ class FlowControlServer(ReapOnChange, Inboxes, Server):  # type: ignore[misc]
             # Unregister before the response ends, or Twisted logs "Producer was not unregistered".
             protocol.unregisterProducer()
         await super().handle_reply(protocol, message)
+
+
+def accept_eagerly(port: tcp.Port) -> None:
+    """Let `port` empty the kernel's accept queue on every turn of the loop.
+
+    Twisted accepts at most `numberAccepts` connections per turn: 1 after a quiet spell, growing by 20 per turn.
+    In a reconnect storm the edge hands a worker thousands of connections within a second (it accepts its clients
+    at once, and opens a connection to the workers for each), the worker's loop is busy with the first ones, and
+    the accept queue overflows: the kernel drops the handshakes it has no room for, and the edge tries each again
+    only after 1, 3, 7, 15, 31 s (the SYN-ACK retransmission backoff). With 9 991 resumes on one worker the kernel
+    counted 5 000-37 000 overflows per storm and the last clients waited a minute while the worker used a third of a
+    core (docs/benchmarks.md, "Storms on `make run`"). This reads and sets `numberAccepts`, not public API
+    (docs/decisions/0013, item 4).
+    """
+    read = port.doRead
+
+    def do_read() -> None:
+        port.numberAccepts = ACCEPTS_PER_TURN
+        read()  # type: ignore[no-untyped-call]
+
+    port.doRead = do_read  # type: ignore[method-assign]
 
 
 class FlowControlCLI(CommandLineInterface):  # type: ignore[misc]

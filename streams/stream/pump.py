@@ -185,7 +185,18 @@ class Pump(DirectWrites):
 
     # One per open stream, held as long as its client: no dict of its own (docs/benchmarks.md, "Memory per idle
     # stream").
-    __slots__ = ("hub", "keepalive", "label", "loop", "on_gone", "policy", "state", "subscription", "waiter")
+    __slots__ = (
+        "hub",
+        "keepalive",
+        "label",
+        "loop",
+        "on_gone",
+        "on_settled",
+        "policy",
+        "state",
+        "subscription",
+        "waiter",
+    )
 
     def __init__(
         self,
@@ -201,9 +212,11 @@ class Pump(DirectWrites):
         stats: StreamStats | None = None,
         log: DeliverySink | None = None,
         on_gone: Callable[[], None] | None = None,
+        on_settled: Callable[[], None] | None = None,
     ) -> None:
         self.hub, self.subscription = hub, subscription
         self.on_gone = on_gone  # the topic was deleted: how the stream ends
+        self.on_settled = on_settled  # called once, the first time it has nothing more to write (caught up)
         self.label = label  # the route, for logs and the delivery log
         self.loop = loop = asyncio.get_running_loop()
         self.policy = SlowClientPolicy(conflate=conflate, stats=stats or StreamStats())
@@ -306,6 +319,9 @@ class Pump(DirectWrites):
                 await self.waiter.wait()  # ended from outside: `stop` is about to interrupt it (streams/edge/race.py)
                 continue
             self.phase = Phase.PARKED if self.intake.at_live_end() else Phase.WAITING
+            if (settled := self.on_settled) is not None:
+                self.on_settled = None
+                settled()
             try:
                 await self.waiter.wait()
             finally:

@@ -1,7 +1,9 @@
 """When a topic's fan-out writes: at once after a quiet spell, at the end of the coalescing window on a busy topic,
 and, when the last fan-out held the loop long (many clients), no sooner than twice as long after it began, so
 the loop keeps half its time for the rest (opens in a reconnect storm, other topics) and each write carries more
-events (streams/hub/hub.py, `FanOut`)."""
+events (streams/hub/hub.py, `FanOut`); while many streams are opening (a storm), no sooner than eight times as
+long.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import time
 from collections.abc import Hashable
 from typing import Any
 
-from streams.hub.hub import FANOUT_SHARE_FACTOR, FanOut
+from streams.hub.hub import FANOUT_SHARE_FACTOR, FANOUT_STORM_FACTOR, FanOut
 from streams.hub.topic_state import TopicState
 from streams.kafka.client import TopicInfo
 
@@ -92,6 +94,28 @@ def test_a_cheap_fan_out_keeps_the_coalescing_window() -> None:
         fanout.schedule(state)
         assert state.fanout is not None
         assert abs(state.fanout.when() - (state.last_fanout + COALESCE_S)) < 1e-6
+        state.fanout.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_while_many_streams_are_opening_a_long_fan_out_waits_eight_times_its_cost() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        fanout, slow = FanOut(loop, COALESCE_S), Client(cost_s=0.05)
+        waiting = [True]
+        fanout.opens_waiting = lambda: waiting[0]
+        state = topic(slow)
+        fanout.schedule(state)
+        fanout.schedule(state)  # records arrived meanwhile, many streams are opening
+        assert state.fanout is not None
+        assert abs(state.fanout.when() - (state.last_fanout + FANOUT_STORM_FACTOR * state.fanout_cost)) < 1e-6
+        state.fanout.cancel()
+        state.fanout = None
+        waiting[0] = False  # the storm is over: half the loop again
+        fanout.schedule(state)
+        assert state.fanout is not None
+        assert abs(state.fanout.when() - (state.last_fanout + FANOUT_SHARE_FACTOR * state.fanout_cost)) < 1e-6
         state.fanout.cancel()
 
     asyncio.run(scenario())
