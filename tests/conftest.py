@@ -16,12 +16,17 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from django.conf import settings
+from django.db.backends.postgresql.operations import DatabaseOperations
 
 from streams.kafka.admin import ensure_topic
+from tests.support.flush import retrying_deadlocks
 from tests.support.inprocess import LoopThread
 from tests.support.servers import start_daphne, start_schema_registry, stop_web, web_started
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A transactional test's flush may deadlock with a live server's reload of the same database: run it again.
+DatabaseOperations.execute_sql_flush = retrying_deadlocks(DatabaseOperations.execute_sql_flush)  # type: ignore[method-assign,assignment]
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.05) -> object:
