@@ -178,7 +178,7 @@ class Stream:
         self.counted = True
         try:
             # The checks' frame is gone once they are done: every frame a stream waits in is held while it runs.
-            checked = await self.admit(path)
+            checked = await admit(self, path)
             if checked is None:
                 return
             admitted, ticket = checked
@@ -189,52 +189,6 @@ class Stream:
                 self.runtime.limits.release(ticket)
         finally:
             self.opened()
-
-    async def admit(self, path: str) -> tuple[Admitted, Ticket] | None:
-        """The request's checks, route and admission under the limits; None once a problem response went out."""
-        resume = last_event_id(self.scope)
-        if resume is not None and len(resume) > MAX_LAST_EVENT_ID_BYTES:
-            detail = f"Last-Event-ID is longer than {MAX_LAST_EVENT_ID_BYTES} bytes."
-            await self.problem(400, "Bad request", detail, reason="last_event_id")
-            return None
-        try:
-            candidates = await self.runtime.routes.candidates(path)
-        except DatabaseError:  # and no table read before (streams/routes/table.py)
-            detail = "The routes cannot be read now; retry in a moment."
-            await self.problem(503, "Routes unavailable", detail, reason="database", headers=RETRY_SOON)
-            return None
-        if not candidates:
-            await self.problem(404, "No route", f"No route matches {path}.", reason="no_route")
-            return None
-        self.cors = cors_headers(candidates[0].route.endpoint, header(self.scope, b"origin"))
-        revocations = self.runtime.revocations
-        try:
-            if any(candidate.route.guarded for candidate in candidates):
-                await revocations.fresh()
-        except DatabaseError:  # never read yet: a revoked token must not slip through
-            detail = "The revoked tokens cannot be read now; retry in a moment."
-            await self.problem(503, "Revocations unavailable", detail, reason="database", headers=RETRY_SOON)
-            return None
-        authorised = await authorise(candidates, self.scope, revocations.covers)
-        if isinstance(authorised, Refusal):
-            self.runtime.refused(candidates[0].route.name, authorised.status, authorised.reason)
-            await refuse(self.send, authorised, self.cors)
-            return None
-        matched = authorised.match
-        self.route = matched.route
-        self.cors = cors_headers(matched.route.endpoint, header(self.scope, b"origin"))
-        self.grants = dict(authorised.grants)
-        try:
-            asks = stream_asks(self.scope, matched.route)
-        except AskError as exc:
-            await self.problem(400, "Bad request", str(exc), reason=exc.parameter, parameter=exc.parameter)
-            return None
-        client = str((self.scope.get("client") or ("",))[0])
-        ticket = self.runtime.limits.admit(matched.route.endpoint, client, identity_of(matched.route, self.grants))
-        if isinstance(ticket, LimitReached):
-            await self.problem(ticket.status, ticket.title, ticket.detail, reason=ticket.reason, headers=ticket.headers)
-            return None
-        return Admitted(matched, resume, asks), ticket
 
     async def serve(self, admitted: Admitted, *, head_only: bool) -> None:
         matched, resume, asks = admitted.take()
@@ -300,6 +254,54 @@ class Stream:
             self.stop.set_result(reason)
             if self.pump is not None:
                 self.pump.stop()
+
+
+async def admit(stream: Stream, path: str) -> tuple[Admitted, Ticket] | None:
+    """A stream request's checks, its route and its admission under the limits; None once a problem response went
+    out. Its frame is gone before the stream serves."""
+    resume = last_event_id(stream.scope)
+    if resume is not None and len(resume) > MAX_LAST_EVENT_ID_BYTES:
+        detail = f"Last-Event-ID is longer than {MAX_LAST_EVENT_ID_BYTES} bytes."
+        await stream.problem(400, "Bad request", detail, reason="last_event_id")
+        return None
+    try:
+        candidates = await stream.runtime.routes.candidates(path)
+    except DatabaseError:  # and no table read before (streams/routes/table.py)
+        detail = "The routes cannot be read now; retry in a moment."
+        await stream.problem(503, "Routes unavailable", detail, reason="database", headers=RETRY_SOON)
+        return None
+    if not candidates:
+        await stream.problem(404, "No route", f"No route matches {path}.", reason="no_route")
+        return None
+    stream.cors = cors_headers(candidates[0].route.endpoint, header(stream.scope, b"origin"))
+    revocations = stream.runtime.revocations
+    try:
+        if any(candidate.route.guarded for candidate in candidates):
+            await revocations.fresh()
+    except DatabaseError:  # never read yet: a revoked token must not slip through
+        detail = "The revoked tokens cannot be read now; retry in a moment."
+        await stream.problem(503, "Revocations unavailable", detail, reason="database", headers=RETRY_SOON)
+        return None
+    authorised = await authorise(candidates, stream.scope, revocations.covers)
+    if isinstance(authorised, Refusal):
+        stream.runtime.refused(candidates[0].route.name, authorised.status, authorised.reason)
+        await refuse(stream.send, authorised, stream.cors)
+        return None
+    matched = authorised.match
+    stream.route = matched.route
+    stream.cors = cors_headers(matched.route.endpoint, header(stream.scope, b"origin"))
+    stream.grants = dict(authorised.grants)
+    try:
+        asks = stream_asks(stream.scope, matched.route)
+    except AskError as exc:
+        await stream.problem(400, "Bad request", str(exc), reason=exc.parameter, parameter=exc.parameter)
+        return None
+    client = str((stream.scope.get("client") or ("",))[0])
+    ticket = stream.runtime.limits.admit(matched.route.endpoint, client, identity_of(matched.route, stream.grants))
+    if isinstance(ticket, LimitReached):
+        await stream.problem(ticket.status, ticket.title, ticket.detail, reason=ticket.reason, headers=ticket.headers)
+        return None
+    return Admitted(matched, resume, asks), ticket
 
 
 class Admitted:

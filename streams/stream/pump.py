@@ -183,20 +183,8 @@ class Pump(DirectWrites):
     it is (not has: the fan-out then finds the hooks on the class and their state in the pump itself, with no
     object between, for every stream at every batch)."""
 
-    # One per open stream, held as long as its client: no dict of its own (docs/benchmarks.md, "Memory per idle
-    # stream").
-    __slots__ = (
-        "hub",
-        "keepalive",
-        "label",
-        "loop",
-        "on_gone",
-        "on_settled",
-        "policy",
-        "state",
-        "subscription",
-        "waiter",
-    )
+    # One per open stream, as long as its client: no dict (docs/benchmarks.md, "Memory per idle stream").
+    __slots__ = ("hub", "keepalive", "label", "loop", "on_gone", "on_settled", "policy", "state", "subscription", "waiter")  # fmt: skip  # noqa: E501
 
     def __init__(
         self,
@@ -313,8 +301,7 @@ class Pump(DirectWrites):
             if self.reader.busy() or (flow and flow.paused):
                 await asyncio.sleep(0)
                 continue
-            # Parked, here rather than in a coroutine of its own: an idle stream is a parked pump, and every frame
-            # it waits in is held as long as it waits.
+            # Parked here, not in a coroutine of its own: every frame an idle (parked) pump waits in is held.
             if self.phase is Phase.STOPPED:
                 await self.waiter.wait()  # ended from outside: `stop` is about to interrupt it (streams/edge/race.py)
                 continue
