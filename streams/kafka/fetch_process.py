@@ -179,8 +179,7 @@ class Fetch:
                 if not self.commands(0.1 if not polling or self.in_flight >= MAX_BATCHES_IN_FLIGHT else 0):
                     return
                 if polling and self.in_flight < MAX_BATCHES_IN_FLIGHT:
-                    self.poll(POLL_S)
-                    self.pump()
+                    self.pump(*self.poll(POLL_S))
                     self.note_highs()
         except OSError:  # the parent went away while this process sent to it
             return
@@ -232,11 +231,15 @@ class Fetch:
         if self.decoder.use(models):
             self.queue.retry_soon()  # a catalog may have changed its URL: try the waiting records again now
 
-    def pump(self) -> None:
-        """Decode what the queue has due and send it, and pause or resume the partitions the queue blocks or no
-        longer blocks."""
+    def pump(self, records: dict[Key, list[RecordTuple]], eof: list[Key]) -> None:
+        """Decode what the queue has due, send it with what the poll brought that needs no decoding (`records`, and
+        the partitions whose end it reached, `eof`) in one batch, and pause or resume the partitions the queue
+        blocks or no longer blocks. One batch, not two: a batch in flight until the worker takes it, the next
+        poll's records would wait for that (MAX_BATCHES_IN_FLIGHT)."""
         if self.in_flight < MAX_BATCHES_IN_FLIGHT and (job := self.queue.job(self.batch_size, BATCH_BYTES)):
-            self.send_batch(*self.queue.done(self.decoder.decode(job)))
+            decoded, ends = self.queue.done(self.decoder.decode(job))
+            records, eof = {**records, **decoded}, [*eof, *ends]  # their partitions differ (`poll`)
+        self.send_batch(records, eof)
         self.partitions.block(self.queue.blocked())
 
     def send_batch(self, records: dict[Key, list[RecordTuple]], eof: list[Key]) -> None:
@@ -264,11 +267,13 @@ class Fetch:
         self.note_decoding()
         self.conn.send(("highs", *self.partitions.watermarks()))
 
-    def poll(self, wait: float) -> None:
+    def poll(self, wait: float) -> tuple[dict[Key, list[RecordTuple]], list[Key]]:
+        """What a poll brought that goes out as it is: the records of partitions that are not decoded (or queued),
+        and the partitions whose end was reached with nothing of them queued; the others' records are queued."""
         # poll() returns as soon as one message is ready; consume(n, 0) then drains what is already fetched.
         first = self.consumer.poll(wait)
         if first is None:
-            return
+            return {}, []
         messages, size = [first], len(first.value() or b"")
         while size < BATCH_BYTES and len(messages) < self.batch_size:
             more = self.consumer.consume(min(100, self.batch_size - len(messages)), 0)
@@ -286,8 +291,7 @@ class Fetch:
                 self.queue.add(key, polling[key], found)
             else:
                 records[key] = found
-        eof = [key for key in ends if self.queue.eof(key)]
-        self.send_batch(records, eof)
+        return records, [key for key in ends if self.queue.eof(key)]
 
 
 def _received(
