@@ -176,7 +176,9 @@ class Fetch:
         polling = self.partitions.polling
         try:
             while True:
-                if not self.commands(0.1 if not polling or self.in_flight >= MAX_BATCHES_IN_FLIGHT else 0):
+                # Nothing assigned: nothing to do until the worker says something (None: no wake-ups meanwhile).
+                wait = None if not polling else 0.1 if self.in_flight >= MAX_BATCHES_IN_FLIGHT else 0
+                if not self.commands(wait):
                     return
                 if polling and self.in_flight < MAX_BATCHES_IN_FLIGHT:
                     self.pump(*self.poll(POLL_S))
@@ -187,8 +189,9 @@ class Fetch:
             self.decoder.close()
             self.consumer.close()
 
-    def commands(self, wait: float) -> bool:
-        """Apply every command waiting (after up to `wait` s for the first); False once the parent is gone."""
+    def commands(self, wait: float | None) -> bool:
+        """Apply every command waiting (after up to `wait` s for the first, None: until one comes); False once the
+        parent is gone."""
         try:
             ready = self.conn.poll(wait)
             while ready:

@@ -4,6 +4,7 @@ turn of it sends the worker."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from multiprocessing import Pipe
@@ -88,3 +89,26 @@ def test_records_it_decoded_go_out_with_the_ends_its_poll_reached(
     assert eof == [(topic, 1)]
     assert epochs == {(topic, 0): 7, (topic, 1): 7}
     assert fetch.in_flight == 1
+
+
+def test_with_no_partitions_it_waits_for_the_workers_next_command_in_one_call(
+    fetch_and_worker: tuple[Fetch, Connection],
+) -> None:
+    """A fetch process with nothing assigned (the worker's other one, most of the time) has nothing to poll: it
+    sleeps until the worker says something, rather than waking ten times a second to find nothing."""
+    fetch, worker = fetch_and_worker
+    waits: list[float | None] = []
+    commands = fetch.commands
+
+    def counted(wait: float | None) -> bool:
+        waits.append(wait)
+        return commands(wait)
+
+    fetch.commands = counted  # type: ignore[method-assign]
+    loop = threading.Thread(target=fetch.run, name="fetch-loop")
+    loop.start()
+    time.sleep(0.5)
+    assert waits == [None]
+    worker.send(("stop",))
+    loop.join(5)
+    assert not loop.is_alive()
