@@ -113,6 +113,16 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    """`pid` and every process below it."""
+    found, todo = [], [pid]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children(pid)
+    return found
+
+
 def socket_inodes(pids: list[int]) -> set[str]:
     inodes: set[str] = set()
     for pid in pids:
@@ -360,15 +370,7 @@ class Companions:
 
     def pids(self) -> list[int]:
         """The companions and their descendants (the worker's Spark JVM)."""
-        found: list[int] = []
-        for proc in self.procs.values():
-            if proc.alive():
-                todo = [proc.pid]
-                while todo:
-                    pid = todo.pop()
-                    found.append(pid)
-                    todo += children(pid)
-        return found
+        return [pid for proc in self.procs.values() if proc.alive() for pid in descendants(proc.pid)]
 
     def alive(self) -> list[str]:
         return [name for name, proc in self.procs.items() if proc.alive()]
@@ -631,12 +633,7 @@ class Scenario:
         """The server and all its descendants: web.py, its workers, their fetch and host processes."""
         if self.server is None or not self.server.alive():
             return []
-        found, todo = [], [self.server.pid]
-        while todo:
-            pid = todo.pop()
-            found.append(pid)
-            todo += children(pid)
-        return found
+        return descendants(self.server.pid)
 
     def kafka_pids(self) -> list[int]:
         pids = [self.producer.pid] if self.producer is not None and self.producer.alive() else []
