@@ -418,7 +418,9 @@ class Options:
     message_bytes: int = MESSAGE_BYTES  # the producer's message size
 
 
-EDGES = ("none", "haproxy", "nginx")
+TCP_EDGE = "haproxy-tcp"  # HAProxy to the server over loopback TCP, as platform/web.py had it before its Unix socket
+TCP_UPSTREAM_BUFFER = 65536  # the server's send buffer on those connections, as platform/web.py set it then
+EDGES = ("none", "haproxy", "nginx", TCP_EDGE)
 EDGE_NOFILE = 20_000  # what an edge process may open: two descriptors per stream it carries
 
 
@@ -454,6 +456,7 @@ class Scenario:
         self.edge_kind = "none" if opts.baseline or opts.processes != 1 or opts.node else opts.edge
         self.upstream_socket: socket.socket | None = None  # the server's, behind an edge
         self.upstream_port = 0
+        self.upstream_path = ""
         self.edge_token = secrets.token_urlsafe(32)
 
     # set-up ---------------------------------------------------------------
@@ -552,27 +555,33 @@ class Scenario:
         return not self.opts.baseline and (self.opts.node or self.opts.processes != 1)
 
     def behind_edge(self, argv: list[str]) -> list[str]:
-        """The server's command line behind the edge, believing the edge's headers, on a loopback socket made as
-        platform/web.py makes it (its accepted connections' send buffer held to the edge's size)."""
-        sys.path.append(str(ROOT / "platform"))  # no package: its modules import each other by file name
-        import edge_process  # noqa: PLC0415
-
+        """The server's command line behind the edge, believing the edge's headers: on a Unix socket as
+        platform/web.py's workers are (the server binds it), or with `haproxy-tcp` on a loopback TCP port as they
+        were before (its accepted connections' send buffer held to the edge's size), to measure the difference."""
+        at = argv.index("-e")
+        if self.edge_kind != TCP_EDGE:
+            self.upstream_path = str(self.opts.out_dir / f"upstream-{self.opts.run_id}-{self.port}.sock")
+            endpoint = f"unix:address={self.upstream_path}:backlog=4096:lockfile=0"
+            return [*argv[:at], "-e", endpoint, "--proxy-headers", *argv[at + 2 :]]
         self.upstream_socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.upstream_socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, edge_process.UPSTREAM_BUFFER)
+        self.upstream_socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, TCP_UPSTREAM_BUFFER)
         self.upstream_socket.bind(("127.0.0.1", 0))
         self.upstream_socket.listen(4096)
         self.upstream_socket.setblocking(False)
         self.upstream_socket.set_inheritable(True)
         self.upstream_port = self.upstream_socket.getsockname()[1]
-        at = argv.index("-e")
         return [*argv[:at], "--fd", str(self.upstream_socket.fileno()), "--proxy-headers", *argv[at + 2 :]]
 
     def start_edge(self) -> None:
-        """The edge on 127.0.0.1:`port`, forwarding to the server's port."""
-        upstream = f"127.0.0.1:{self.upstream_port}"
+        """The edge on 127.0.0.1:`port`, forwarding to the server's socket."""
+        if self.edge_kind == TCP_EDGE:
+            upstream = f"127.0.0.1:{self.upstream_port}"
+        else:
+            upstream = ("unix:" if self.edge_kind == "nginx" else "unix@") + self.upstream_path
         argv, env = edge_command(
-            self.edge_kind, self.opts, self.port, upstream, token=self.edge_token, server_env=self.effective_env
-        )
+            self.edge_kind.removesuffix("-tcp"), self.opts, self.port, upstream, token=self.edge_token,
+            server_env=self.effective_env,
+        )  # fmt: skip
         self.edge = self.spawn(Proc(self.edge_kind, argv, log_path=self.log_path(self.edge_kind), env=env))
 
     def edge_pids(self) -> list[int]:

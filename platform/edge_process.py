@@ -28,8 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "platform" / "edge" / "haproxy.cfg"
 # What the edge compares a count against when the setting says 0 (no limit): more than any client holds.
 UNLIMITED = 1_000_000_000
-UPSTREAM_HOST = "127.0.0.1"  # where the workers listen behind the edge
-UPSTREAM_BUFFER = 65536  # the socket buffers between a worker and the edge, each side (haproxy.cfg: tune.rcvbuf)
 
 
 class EdgeError(Exception):
@@ -41,7 +39,7 @@ class Edge:
     """HAProxy's command line and environment, and the workers' socket it forwards to."""
 
     binary: str
-    upstream: str  # host:port
+    upstream: str  # HAProxy's address of the workers' socket: unix@<path> (platform/web.py), or host:port
     tls_pem: Path | None
     token: str
     env: dict[str, str]

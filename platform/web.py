@@ -78,6 +78,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import os
 import resource
 import select
@@ -89,6 +90,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -111,6 +113,7 @@ PR_SET_PDEATHSIG = 1
 # delivery-log files, and connections that have not become streams yet (an API call, a refused request).
 DESCRIPTOR_HEADROOM = 1024
 UNLIMITED_DESCRIPTORS = 1 << 20  # the kernel's usual ceiling (fs.nr_open)
+LISTEN_FDS_START = 3  # where socket activation puts the first descriptor it hands over (sd_listen_fds)
 MALLOC_ARENA_MAX = "2"
 PYTHONMALLOC = "malloc"
 
@@ -122,22 +125,36 @@ def log(message: str) -> None:
         print(f"web: {message}", file=sys.stderr, flush=True)
 
 
-def listen(host: str, port: int, backlog: int, *, send_buffer: int = 0) -> socket.socket:
-    """The shared listening socket, inheritable so the workers get it through ``pass_fds``; `send_buffer`, if given,
-    is the send buffer of every connection it accepts."""
+def listen(host: str, port: int, backlog: int) -> socket.socket:
+    """The shared listening socket, inheritable so the workers get it through ``pass_fds``."""
     try:
         infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
     except socket.gaierror as exc:
         sys.exit(f"web: WEB_HOST {host!r} has no IPv4 address ({exc}); daphne adopts the socket as IPv4")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if send_buffer:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     try:
         sock.bind(infos[0][4])
     except OSError as exc:
         sock.close()
         sys.exit(f"web: cannot listen on {host}:{port}: {exc.strerror}")
+    sock.listen(backlog)
+    sock.setblocking(False)
+    sock.set_inheritable(True)
+    return sock
+
+
+def listen_unix(directory: Path, backlog: int) -> socket.socket:
+    """The workers' socket behind the edge: a Unix socket in `directory` (the process's own, mode 0700), listening,
+    non-blocking and inheritable. Its connections cost the worker and the edge about half of what loopback TCP
+    does per write, as no TCP is run for them (docs/benchmarks.md, "The edge's socket to the workers")."""
+    path = directory / "workers.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+    except OSError as exc:  # a path over the 107 bytes a Unix socket's name may have (a long TMPDIR)
+        sock.close()
+        sys.exit(f"web: cannot listen on {path}: {exc.strerror or exc}; set TMPDIR to a shorter directory")
     sock.listen(backlog)
     sock.setblocking(False)
     sock.set_inheritable(True)
@@ -216,6 +233,14 @@ def raise_descriptor_limit(max_streams: int) -> None:
         log(f"descriptor limit: {soft} per worker")
 
 
+def _worker_setup(listening: int) -> None:
+    """A worker behind the edge, between fork and exec: as any child, and its socket where socket activation puts
+    the first descriptor it hands over (3, `LISTEN_FDS`)."""
+    _child_setup()
+    if listening != LISTEN_FDS_START:
+        os.dup2(listening, LISTEN_FDS_START)
+
+
 def _child_setup() -> None:
     # Runs in the worker between fork and exec: die with the parent. The parent is single-threaded. SIGKILL, not
     # SIGTERM: this process dies abruptly only when it is killed (honcho kills it 5 s after a stop, sooner than
@@ -272,19 +297,27 @@ class Supervisor:
 
     def spawn(self, slot: int) -> None:
         fds: list[int] = []
+        setup: Callable[[], None] = _child_setup
         if self.edge is not None and slot == self.processes:
             argv, env = self.edge.argv(), self.edge.env
         else:
-            fds = [self.sock.fileno()]
             module = envstr("WEB_SERVER_MODULE", DEFAULT_SERVER_MODULE).strip() or DEFAULT_SERVER_MODULE
-            argv = [sys.executable, "-m", module, "--fd", str(fds[0])]
-            if self.edge is not None:
-                argv.append("--proxy-headers")  # believed from the edge alone (its token, streams/server/forwarded.py)
-            argv += [*self.argv_tail, APPLICATION]
             # Read by glibc and Python at start: set here, never changed later. An operator's own values win.
             env = {"MALLOC_ARENA_MAX": MALLOC_ARENA_MAX, "PYTHONMALLOC": PYTHONMALLOC, **os.environ}
-            if self.edge is not None:
-                env["SSE_EDGE_TOKEN"] = self.edge.token
+            if self.edge is None:
+                fds = [self.sock.fileno()]
+                argv = [sys.executable, "-m", module, "--fd", str(fds[0]), *self.argv_tail, APPLICATION]
+            else:
+                # The Unix socket goes over as socket activation hands one over (Twisted's `systemd:` endpoint):
+                # descriptor 3, `LISTEN_FDS`, `LISTEN_FDNAMES`, and `LISTEN_PID` naming the process meant, known
+                # only once it runs, hence the shell that sets it and becomes the worker.
+                fds = [LISTEN_FDS_START]
+                setup = functools.partial(_worker_setup, self.sock.fileno())
+                env |= {"LISTEN_FDS": "1", "LISTEN_FDNAMES": "workers", "SSE_EDGE_TOKEN": self.edge.token}
+                argv = ["/bin/sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh", sys.executable, "-m", module]
+                argv += ["-e", "systemd:domain=UNIX:index=0"]
+                argv.append("--proxy-headers")  # believed from the edge alone (its token, streams/server/forwarded.py)
+                argv += [*self.argv_tail, APPLICATION]
         # preexec_fn is safe here: this process has a single thread.
         child = subprocess.Popen(
             argv,
@@ -292,7 +325,7 @@ class Supervisor:
             env=env,
             pass_fds=fds,
             start_new_session=True,
-            preexec_fn=_child_setup,  # noqa: PLW1509
+            preexec_fn=setup,  # noqa: PLW1509
         )
         self.workers[child.pid] = (slot, child)
         self.slots[slot].started_at = time.monotonic()
@@ -426,11 +459,10 @@ def start_edge(host: str, port: int, https_port: int | None, backlog: int) -> tu
             atexit.register(shutil.rmtree, private, ignore_errors=True)
             cert, key = certificate(host)
             pem = edge_process.tls_pem(private, cert, key)
-        # Small buffers between the workers and the edge (its own side is set in its configuration): a stream whose
-        # client stops reading fills them soon, and the worker's flow control hears it, where the kernel would
-        # otherwise grow them to megabytes per connection on loopback.
-        sock = listen(edge_process.UPSTREAM_HOST, 0, backlog, send_buffer=edge_process.UPSTREAM_BUFFER)
-        upstream = f"{edge_process.UPSTREAM_HOST}:{sock.getsockname()[1]}"
+        run_dir = Path(tempfile.mkdtemp(prefix="sse-web-"))  # short, whatever the checkout's path: a socket's name
+        atexit.register(shutil.rmtree, run_dir, ignore_errors=True)
+        sock = listen_unix(run_dir, backlog)
+        upstream = f"unix@{sock.getsockname()}"
         token = edge_process.new_token()
         env = edge_process.environment(
             host=host, port=port, tls_port=https_port, pem=pem, upstream=upstream, token=token

@@ -20,6 +20,7 @@ Run with `python -m streams.server` and daphne's usual arguments, as platform/we
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -42,6 +43,8 @@ FLOW_EXTENSION = "sse.flow"
 # How many connections a listening port may accept in one turn of the loop (it stops sooner when none is waiting):
 # what the kernel may queue for it (the listen backlog, 4096 by default, capped by net.core.somaxconn).
 ACCEPTS_PER_TURN = 4096
+# What a connection from the edge may hold unsent (the kernel doubles it for its bookkeeping), `hold_send_buffer`.
+EDGE_SEND_BUFFER = 65536
 
 
 @implementer(IPushProducer)
@@ -235,6 +238,7 @@ class FlowControlServer(ReapOnChange, Inboxes, Server):  # type: ignore[misc]
 
     def protocol_connected(self, protocol: Any) -> None:
         collector.request_started()  # a burst of them makes the collector freeze sooner
+        hold_send_buffer(protocol.transport)
         super().protocol_connected(protocol)
 
     def log_action(self, protocol: str, action: str, details: dict[str, Any]) -> None:
@@ -290,6 +294,19 @@ class FlowControlServer(ReapOnChange, Inboxes, Server):  # type: ignore[misc]
             # Unregister before the response ends, or Twisted logs "Producer was not unregistered".
             protocol.unregisterProducer()
         await super().handle_reply(protocol, message)
+
+
+def hold_send_buffer(transport: Any) -> None:
+    """Keep the send buffer of a connection from the edge (a Unix socket, platform/web.py) at `EDGE_SEND_BUFFER`.
+
+    A stream whose client stops reading then fills it soon, and its flow pauses (`Flow`), where the kernel's default
+    (net.core.wmem_default, 208 KiB here) would hold four times as much per stalled stream before the worker hears of
+    it. A Unix socket's connections do not take their listening socket's buffer size, as TCP's do: so it is set on
+    each, through the transport's public `getHandle()`.
+    """
+    sock = transport.getHandle()
+    if sock.family == socket.AF_UNIX:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, EDGE_SEND_BUFFER)
 
 
 def accept_eagerly(port: tcp.Port) -> None:
