@@ -27,6 +27,7 @@ import socket
 import string
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -418,7 +419,9 @@ class Options:
     message_bytes: int = MESSAGE_BYTES  # the producer's message size
 
 
-TCP_EDGE = "haproxy-tcp"  # HAProxy to the server over loopback TCP, as platform/web.py had it before its Unix socket
+# HAProxy to the server over loopback TCP, as platform/web.py had it before its Unix sockets: for a checkout of then
+# (--configs before=<checkout>:haproxy-tcp), whose haproxy.cfg forwards to host:port.
+TCP_EDGE = "haproxy-tcp"
 TCP_UPSTREAM_BUFFER = 65536  # the server's send buffer on those connections, as platform/web.py set it then
 EDGES = ("none", "haproxy", "nginx", TCP_EDGE)
 EDGE_NOFILE = 20_000  # what an edge process may open: two descriptors per stream it carries
@@ -555,14 +558,20 @@ class Scenario:
         return not self.opts.baseline and (self.opts.node or self.opts.processes != 1)
 
     def behind_edge(self, argv: list[str]) -> list[str]:
-        """The server's command line behind the edge, believing the edge's headers: on a Unix socket as
-        platform/web.py's workers are (the server binds it), or with `haproxy-tcp` on a loopback TCP port as they
+        """The server's command line behind the edge, believing the edge's headers: on Unix sockets as
+        platform/web.py's workers are (the server binds them), or with `haproxy-tcp` on a loopback TCP port as they
         were before (its accepted connections' send buffer held to the edge's size), to measure the difference."""
+        sys.path.append(str(ROOT / "platform"))  # no package: its modules import each other by file name
+        import edge_process  # noqa: PLC0415
+
         at = argv.index("-e")
         if self.edge_kind != TCP_EDGE:
-            self.upstream_path = str(self.opts.out_dir / f"upstream-{self.opts.run_id}-{self.port}.sock")
-            endpoint = f"unix:address={self.upstream_path}:backlog=4096:lockfile=0"
-            return [*argv[:at], "-e", endpoint, "--proxy-headers", *argv[at + 2 :]]
+            self.upstream_path = tempfile.mkdtemp(prefix="bench-edge-")  # short: a Unix socket's name is
+            endpoints = []
+            for index in range(edge_process.SOCKETS):
+                path = f"{self.upstream_path}/{edge_process.socket_name(index)}"
+                endpoints += ["-e", f"unix:address={path}:backlog=4096:lockfile=0"]
+            return [*argv[:at], *endpoints, "--proxy-headers", *argv[at + 2 :]]
         self.upstream_socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.upstream_socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, TCP_UPSTREAM_BUFFER)
         self.upstream_socket.bind(("127.0.0.1", 0))
@@ -574,10 +583,7 @@ class Scenario:
 
     def start_edge(self) -> None:
         """The edge on 127.0.0.1:`port`, forwarding to the server's socket."""
-        if self.edge_kind == TCP_EDGE:
-            upstream = f"127.0.0.1:{self.upstream_port}"
-        else:
-            upstream = ("unix:" if self.edge_kind == "nginx" else "unix@") + self.upstream_path
+        upstream = f"127.0.0.1:{self.upstream_port}" if self.edge_kind == TCP_EDGE else self.upstream_path
         argv, env = edge_command(
             self.edge_kind.removesuffix("-tcp"), self.opts, self.port, upstream, token=self.edge_token,
             server_env=self.effective_env,
@@ -733,7 +739,12 @@ def edge_command(
         "body_timeout": env["HTTP_BODY_TIMEOUT_S"],
         "idle_timeout": env["HTTP_IDLE_TIMEOUT_S"],
         "max_body": env["EDGE_MAX_BODY_BYTES"],
-        "upstream": upstream,
+        # The server's Unix sockets (one `server` each, tried in turn when one's queue is full), or host:port.
+        "servers": " ".join(
+            f"server unix:{upstream}/{edge_process.socket_name(index)};" for index in range(edge_process.SOCKETS)
+        )
+        if not upstream.count(":")
+        else f"server {upstream};",
         "token": token,
         "port": str(port),
         "limit_zone": "limit_conn_zone $binary_remote_addr zone=per_address:10m;" if limit else "",

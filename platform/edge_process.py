@@ -2,12 +2,11 @@
 
 The edge listens on ``WEB_HOST``:``WEB_PORT`` (HTTP/1.1) and, unless ``WEB_TLS_PORT=off``, on ``WEB_TLS_PORT``
 (HTTPS, HTTP/2 and HTTP/1.1 through ALPN); it terminates TLS and HTTP/2, applies the connection-level policy and
-hands each request over HTTP/1.1 to the workers, which accept on one loopback port. Every request it hands on
-carries its token (`new_token`, made at each start), which the workers check before they believe its forwarded
-headers: another local process can reach their port, not forge the token. A loopback TCP port rather than a Unix
-socket: a Unix socket refuses at once a connection its full queue cannot take, which the edge does not retry, where
-the kernel has a TCP client try again (a reconnect storm of 8 000 lost a quarter of its streams to 503s). Its
-configuration reads the
+hands each request over HTTP/1.1 to the workers, which accept on `SOCKETS` Unix sockets in a directory of the
+supervisor's own (mode 0700). Every request it hands on carries its token (`new_token`, made at each start), which
+the workers check before they believe its forwarded headers. Unix sockets rather than a loopback TCP port: their
+connections cost the worker a third less CPU per write; several of them, because a connect to a full Unix socket
+fails at once where TCP would try again (docs/decisions/0013, "What it costs"). Its configuration reads the
 variables `environment` gives it, from the platform's own settings (config/settings/streams.py), so the bounds it
 keeps are the ones the README documents. Why HAProxy: docs/decisions/0013-an-edge-in-front-of-daphne.md.
 
@@ -30,6 +29,16 @@ CONFIG = ROOT / "platform" / "edge" / "haproxy.cfg"
 UNLIMITED = 1_000_000_000
 
 
+# The workers' Unix sockets behind the edge (platform/web.py), one server each in haproxy.cfg: a connect that finds
+# one's queue full is retried on the next at once, so their queues add up in a reconnect storm.
+SOCKETS = 4
+
+
+def socket_name(index: int) -> str:
+    """The name of the workers' socket `index` in their directory, as haproxy.cfg names it."""
+    return f"workers-{index}.sock"
+
+
 class EdgeError(Exception):
     """The edge cannot start: the message says why."""
 
@@ -39,7 +48,7 @@ class Edge:
     """HAProxy's command line and environment, and the workers' socket it forwards to."""
 
     binary: str
-    upstream: str  # HAProxy's address of the workers' socket: unix@<path> (platform/web.py), or host:port
+    upstream: str  # the directory of the workers' Unix sockets (`socket_name`)
     tls_pem: Path | None
     token: str
     env: dict[str, str]

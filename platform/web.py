@@ -12,7 +12,7 @@ Settings (environment):
 ``WEB_EDGE``
     ``haproxy`` (default): the edge, HAProxy with platform/edge/haproxy.cfg (platform/edge_process.py), listens on
     the ports, terminates TLS and HTTP/2, applies the connection-level policy and hands each request over
-    HTTP/1.1 to the workers, which accept on a loopback port of their own and believe the forwarded headers of a
+    HTTP/1.1 to the workers, which accept on Unix sockets of their own and believe the forwarded headers of a
     request that carries the edge's token (made anew at each start, known to the edge and the workers only);
     it is started, restarted and stopped with them. ``off``: the workers listen on ``WEB_PORT`` themselves, plain
     HTTP/1.1 only, for a proxy of the operator's own in front (docs/operations.md, "Behind a proxy of your own").
@@ -53,11 +53,13 @@ Settings (environment):
     where the workers keep their metrics for ``/metrics`` to merge (default: a new directory under
     ``var/metrics/``, removed at exit). Its files are cleared at start; a dead worker's live gauges are removed.
 
-This process opens ONE socket for the workers (``SO_REUSEADDR``, listening, non-blocking: on ``WEB_PORT``, or behind
-the edge on a free port of 127.0.0.1) and starts them as ``python -m streams.server --fd <fd>
-config.asgi:application`` (with ``--proxy-headers`` behind the edge), handing the descriptor over with
-``pass_fds``: every worker accepts from the same kernel queue, so a connection goes to whichever worker is free
-first. Each worker is a separate process with its own event loop and its own in-memory cache; none shares state
+This process opens the workers' sockets and hands them to every worker, so a connection goes to whichever worker
+is free first. Without the edge it is ONE TCP socket on ``WEB_PORT`` (``SO_REUSEADDR``, listening, non-blocking),
+handed over with ``pass_fds`` as ``python -m streams.server --fd <fd> config.asgi:application``. Behind the edge
+they are ``edge_process.SOCKETS`` Unix sockets in a new directory of the system's temporary one (mode 0700,
+removed at exit; `listen_unix` says why several), handed over as systemd's socket activation does: descriptors 3
+and on, ``LISTEN_FDS``, ``LISTEN_FDNAMES`` and ``LISTEN_PID``, each read by Twisted's documented ``systemd:``
+endpoint (``-e systemd:domain=UNIX:index=<i>``, with ``--proxy-headers``). Each worker is a separate process with its own event loop and its own in-memory cache; none shares state
 with another. The edge, when there is one, is supervised as one more slot.
 
 Signals: SIGTERM, SIGINT and SIGHUP are forwarded to every worker and the edge (SIGHUP as SIGTERM); they run in
@@ -78,6 +80,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import fcntl
 import functools
 import os
 import resource
@@ -144,21 +147,30 @@ def listen(host: str, port: int, backlog: int) -> socket.socket:
     return sock
 
 
-def listen_unix(directory: Path, backlog: int) -> socket.socket:
-    """The workers' socket behind the edge: a Unix socket in `directory` (the process's own, mode 0700), listening,
-    non-blocking and inheritable. Its connections cost the worker and the edge about half of what loopback TCP
-    does per write, as no TCP is run for them (docs/benchmarks.md, "The edge's socket to the workers")."""
-    path = directory / "workers.sock"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.bind(str(path))
-    except OSError as exc:  # a path over the 107 bytes a Unix socket's name may have (a long TMPDIR)
-        sock.close()
-        sys.exit(f"web: cannot listen on {path}: {exc.strerror or exc}; set TMPDIR to a shorter directory")
-    sock.listen(backlog)
-    sock.setblocking(False)
-    sock.set_inheritable(True)
-    return sock
+def listen_unix(directory: Path, backlog: int) -> list[socket.socket]:
+    """The workers' sockets behind the edge: `edge_process.SOCKETS` Unix sockets in `directory` (the process's own,
+    mode 0700), listening, non-blocking and inheritable; the edge spreads its connections over them.
+
+    A Unix socket's connections cost the worker about a third less CPU per write than loopback TCP's, as no TCP runs
+    for them (docs/benchmarks.md, "The edge's sockets to the workers"). But a connect to a Unix socket whose queue is
+    full fails at once (TCP would try again a second later), and HAProxy retries it at once: one socket's queue
+    (`backlog`, at most net.core.somaxconn) lost streams in reconnect storms. With several, a connect that finds one
+    full is retried on the next (haproxy.cfg, `option redispatch 1`), and the queues add up.
+    """
+    sockets: list[socket.socket] = []
+    for index in range(edge_process.SOCKETS):
+        path = directory / edge_process.socket_name(index)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(path))
+        except OSError as exc:  # a path over the 107 bytes a Unix socket's name may have (a long TMPDIR)
+            sock.close()
+            sys.exit(f"web: cannot listen on {path}: {exc.strerror or exc}; set TMPDIR to a shorter directory")
+        sock.listen(backlog)
+        sock.setblocking(False)
+        sock.set_inheritable(True)
+        sockets.append(sock)
+    return sockets
 
 
 def tls_port() -> int | None:
@@ -233,12 +245,15 @@ def raise_descriptor_limit(max_streams: int) -> None:
         log(f"descriptor limit: {soft} per worker")
 
 
-def _worker_setup(listening: int) -> None:
-    """A worker behind the edge, between fork and exec: as any child, and its socket where socket activation puts
-    the first descriptor it hands over (3, `LISTEN_FDS`)."""
+def _worker_setup(listening: list[int]) -> None:
+    """A worker behind the edge, between fork and exec: as any child, and its sockets where socket activation puts
+    the descriptors it hands over (3, 4, ...: `LISTEN_FDS`). Each is first copied above those numbers, so that
+    putting one in place never overwrites another still to be moved; the copies are closed at exec."""
     _child_setup()
-    if listening != LISTEN_FDS_START:
-        os.dup2(listening, LISTEN_FDS_START)
+    above = LISTEN_FDS_START + len(listening)
+    copies = [fcntl.fcntl(descriptor, fcntl.F_DUPFD, above) for descriptor in listening]
+    for offset, copy in enumerate(copies):
+        os.dup2(copy, LISTEN_FDS_START + offset)
 
 
 def _child_setup() -> None:
@@ -274,13 +289,13 @@ class Slot:
 class Supervisor:
     def __init__(
         self,
-        sock: socket.socket,
+        sockets: list[socket.socket],
         processes: int,
         argv_tail: list[str],
         max_delay_s: float = 60.0,
         edge: edge_process.Edge | None = None,
     ) -> None:
-        self.sock = sock
+        self.sockets = sockets  # the workers' own port, or their Unix sockets behind the edge
         self.edge = edge
         self.processes = processes
         self.argv_tail = argv_tail
@@ -305,17 +320,20 @@ class Supervisor:
             # Read by glibc and Python at start: set here, never changed later. An operator's own values win.
             env = {"MALLOC_ARENA_MAX": MALLOC_ARENA_MAX, "PYTHONMALLOC": PYTHONMALLOC, **os.environ}
             if self.edge is None:
-                fds = [self.sock.fileno()]
+                fds = [self.sockets[0].fileno()]
                 argv = [sys.executable, "-m", module, "--fd", str(fds[0]), *self.argv_tail, APPLICATION]
             else:
-                # The Unix socket goes over as socket activation hands one over (Twisted's `systemd:` endpoint):
-                # descriptor 3, `LISTEN_FDS`, `LISTEN_FDNAMES`, and `LISTEN_PID` naming the process meant, known
-                # only once it runs, hence the shell that sets it and becomes the worker.
-                fds = [LISTEN_FDS_START]
-                setup = functools.partial(_worker_setup, self.sock.fileno())
-                env |= {"LISTEN_FDS": "1", "LISTEN_FDNAMES": "workers", "SSE_EDGE_TOKEN": self.edge.token}
+                # The Unix sockets go over as socket activation hands them over (Twisted's `systemd:` endpoint):
+                # descriptors 3 and on, `LISTEN_FDS`, `LISTEN_FDNAMES`, and `LISTEN_PID` naming the process meant,
+                # known only once it runs: hence the shell that sets it and then becomes the worker.
+                count = len(self.sockets)
+                fds = list(range(LISTEN_FDS_START, LISTEN_FDS_START + count))
+                setup = functools.partial(_worker_setup, [sock.fileno() for sock in self.sockets])
+                names = ":".join(edge_process.socket_name(index) for index in range(count))
+                env |= {"LISTEN_FDS": str(count), "LISTEN_FDNAMES": names, "SSE_EDGE_TOKEN": self.edge.token}
                 argv = ["/bin/sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh", sys.executable, "-m", module]
-                argv += ["-e", "systemd:domain=UNIX:index=0"]
+                for index in range(count):
+                    argv += ["-e", f"systemd:domain=UNIX:index={index}"]
                 argv.append("--proxy-headers")  # believed from the edge alone (its token, streams/server/forwarded.py)
                 argv += [*self.argv_tail, APPLICATION]
         # preexec_fn is safe here: this process has a single thread.
@@ -414,6 +432,7 @@ def main() -> int:
         host = envstr("WEB_HOST", "127.0.0.1").strip() or "127.0.0.1"
         port = envint("WEB_PORT", 8000, minimum=0, maximum=65535)
         backlog = envint("WEB_BACKLOG", 4096, minimum=1)
+        os.environ["WEB_BACKLOG"] = str(backlog)  # the workers inherit it: they listen again on their sockets with it
         processes = envint("WEB_PROCESSES", default_processes(), minimum=1)
         max_streams = envint("SSE_MAX_STREAMS", 20_000, minimum=0)
         max_delay_s = envint("WEB_RESTART_MAX_DELAY_S", 60, minimum=1)
@@ -434,11 +453,11 @@ def main() -> int:
         for public in (port, https_port):
             if public is not None:
                 listen(host, public, backlog).close()  # in use or not ours to take: said now, not by a looping edge
-        sock, edge = start_edge(host, port, https_port, backlog)
+        sockets, edge = start_edge(host, port, https_port, backlog)
         where = f"the edge (HAProxy) on {host}:{port}"
     else:
-        sock = listen(host, port, backlog)
-        where = f"{host}:{sock.getsockname()[1]}"
+        sockets = [listen(host, port, backlog)]
+        where = f"{host}:{sockets[0].getsockname()[1]}"
     metrics_dir()
     raise_descriptor_limit(max_streams)
     log(f"listening on {where} (backlog {backlog}), {processes} worker(s)")
@@ -446,11 +465,13 @@ def main() -> int:
         log(f"https on {host}:{https_port} (HTTP/2 and HTTP/1.1, through the edge)")
     if "WEB_MAX_RESTARTS" in os.environ:
         log("WEB_MAX_RESTARTS is no longer read: a crash-looping worker is restarted ever later, never given up")
-    return Supervisor(sock, processes, extra, max_delay_s, edge).run()
+    return Supervisor(sockets, processes, extra, max_delay_s, edge).run()
 
 
-def start_edge(host: str, port: int, https_port: int | None, backlog: int) -> tuple[socket.socket, edge_process.Edge]:
-    """The workers' socket on a free loopback port, and the edge that forwards to it, its configuration checked."""
+def start_edge(
+    host: str, port: int, https_port: int | None, backlog: int
+) -> tuple[list[socket.socket], edge_process.Edge]:
+    """The workers' Unix sockets, and the edge that forwards to them, its configuration checked."""
     try:
         binary = edge_process.find_haproxy()
         pem = None
@@ -461,8 +482,8 @@ def start_edge(host: str, port: int, https_port: int | None, backlog: int) -> tu
             pem = edge_process.tls_pem(private, cert, key)
         run_dir = Path(tempfile.mkdtemp(prefix="sse-web-"))  # short, whatever the checkout's path: a socket's name
         atexit.register(shutil.rmtree, run_dir, ignore_errors=True)
-        sock = listen_unix(run_dir, backlog)
-        upstream = f"unix@{sock.getsockname()}"
+        sockets = listen_unix(run_dir, backlog)
+        upstream = str(run_dir)
         token = edge_process.new_token()
         env = edge_process.environment(
             host=host, port=port, tls_port=https_port, pem=pem, upstream=upstream, token=token
@@ -473,7 +494,7 @@ def start_edge(host: str, port: int, https_port: int | None, backlog: int) -> tu
         sys.exit(f"web: {exc}")
     except (edge_process.EdgeError, OSError) as exc:
         sys.exit(f"web: {exc}")
-    return sock, edge
+    return sockets, edge
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ Run with `python -m streams.server` and daphne's usual arguments, as platform/we
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import Callable
 from typing import Any, cast
@@ -32,6 +33,7 @@ from twisted.internet import reactor, tcp
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
+from config.env import envint
 from config.logs import log_access
 from streams.server import collector
 from streams.server.bodies import BoundedHTTPFactory
@@ -43,6 +45,7 @@ FLOW_EXTENSION = "sse.flow"
 # How many connections a listening port may accept in one turn of the loop (it stops sooner when none is waiting):
 # what the kernel may queue for it (the listen backlog, 4096 by default, capped by net.core.somaxconn).
 ACCEPTS_PER_TURN = 4096
+DEFAULT_BACKLOG = 4096  # platform/web.py's default WEB_BACKLOG, which it hands its workers
 # What a connection from the edge may hold unsent (the kernel doubles it for its bookkeeping), `hold_send_buffer`.
 EDGE_SEND_BUFFER = 65536
 
@@ -230,6 +233,7 @@ class FlowControlServer(ReapOnChange, Inboxes, Server):  # type: ignore[misc]
     def listen_success(self, port: Any) -> None:
         super().listen_success(port)
         if isinstance(port, tcp.Port):
+            keep_backlog(port)
             accept_eagerly(port)
 
     def review_garbage(self) -> None:
@@ -238,7 +242,6 @@ class FlowControlServer(ReapOnChange, Inboxes, Server):  # type: ignore[misc]
 
     def protocol_connected(self, protocol: Any) -> None:
         collector.request_started()  # a burst of them makes the collector freeze sooner
-        hold_send_buffer(protocol.transport)
         super().protocol_connected(protocol)
 
     def log_action(self, protocol: str, action: str, details: dict[str, Any]) -> None:
@@ -266,6 +269,7 @@ class FlowControlServer(ReapOnChange, Inboxes, Server):  # type: ignore[misc]
         self.client_origin.rewrite(scope, address, secure=bool(protocol.isSecure()))
         protocol.client_addr = scope["client"]  # what daphne's access line names
         flow = Flow(protocol)
+        hold_send_buffer(protocol.transport)  # before the flow can be paused by what the socket holds
         protocol.registerProducer(flow, True)
         scope.setdefault("extensions", {})[FLOW_EXTENSION] = flow
         queue = super().create_application(protocol, scope)
@@ -307,6 +311,19 @@ def hold_send_buffer(transport: Any) -> None:
     sock = transport.getHandle()
     if sock.family == socket.AF_UNIX:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, EDGE_SEND_BUFFER)
+
+
+def keep_backlog(port: tcp.Port) -> None:
+    """Give a Unix socket handed over by the supervisor (platform/web.py) its queue back: `WEB_BACKLOG` long.
+
+    Twisted listens again on a Unix socket it adopts, with its own default queue (50), where it leaves a TCP one as
+    it came; a reconnect storm then found the edge's connects refused past 4 x 51 (haproxy.cfg). Through a copy of
+    the port's descriptor (its public `fileno()`); listening again only sets the queue's length.
+    """
+    descriptor: int = port.fileno()  # type: ignore[no-untyped-call]
+    with socket.socket(fileno=os.dup(descriptor)) as sock:
+        if sock.family == socket.AF_UNIX:
+            sock.listen(envint("WEB_BACKLOG", DEFAULT_BACKLOG, minimum=1))
 
 
 def accept_eagerly(port: tcp.Port) -> None:

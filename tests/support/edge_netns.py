@@ -18,6 +18,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -41,9 +42,20 @@ def setup_network() -> None:
     Path("/proc/sys/net/ipv6/ip_nonlocal_bind").write_text("1\n")
 
 
-def upstream() -> int:
-    """A server that answers every request on a connection with a 200, and keeps the connection."""
-    listener = socket.create_server(("127.0.0.1", 0))
+def upstream() -> str:
+    """A server that answers every request on a connection with a 200, and keeps the connection: on the Unix sockets
+    the edge forwards to, in a new directory (returned)."""
+    directory = tempfile.mkdtemp(prefix="edge-netns-")
+    for index in range(edge_process.SOCKETS):
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(f"{directory}/{edge_process.socket_name(index)}")
+        listener.listen(64)
+        serve_on(listener)
+    return directory
+
+
+def serve_on(listener: socket.socket) -> None:
+    """Answer on `listener`'s connections, each in a thread."""
 
     def serve(conn: socket.socket) -> None:
         with conn, contextlib.suppress(OSError):  # the edge resets what it drops
@@ -57,7 +69,6 @@ def upstream() -> int:
             threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
-    return int(listener.getsockname()[1])
 
 
 def connect(source: str, port: int) -> socket.socket:
@@ -96,7 +107,7 @@ def main(argv: list[str]) -> int:
         port=port,
         tls_port=None,
         pem=None,
-        upstream=f"127.0.0.1:{upstream()}",
+        upstream=upstream(),
         token=edge_process.new_token(),
     )
     edge = edge_process.Edge(edge_process.find_haproxy(), env["EDGE_UPSTREAM"], None, env["EDGE_TOKEN"], env)

@@ -18,7 +18,7 @@ from twisted.internet import protocol, tcp
 from twisted.internet.address import IPv4Address
 from twisted.web import http
 
-from streams.server.daphne import Flow, accept_eagerly
+from streams.server.daphne import EDGE_SEND_BUFFER, Flow, accept_eagerly, hold_send_buffer
 
 
 class _Reactor:
@@ -234,3 +234,25 @@ def test_a_port_accepts_every_waiting_connection_in_one_turn() -> None:
             transport: Any = made.transport
             transport.socket.close()
         port.socket.close()
+
+
+class _Handled:
+    """A transport as far as `hold_send_buffer` reads it: its socket, through the public `getHandle()`."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def getHandle(self) -> socket.socket:
+        return self.sock
+
+
+def test_a_connection_from_the_edge_holds_a_small_send_buffer_and_a_tcp_one_keeps_the_kernels() -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX)
+    tcp_sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    with ours, theirs, tcp_sock:
+        tcp_before = tcp_sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * EDGE_SEND_BUFFER)  # as large as a kernel's default
+        hold_send_buffer(_Handled(ours))
+        hold_send_buffer(_Handled(tcp_sock))
+        assert ours.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) == 2 * EDGE_SEND_BUFFER  # doubled, as Linux does
+        assert tcp_sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) == tcp_before
