@@ -53,13 +53,14 @@ Settings (environment):
     where the workers keep their metrics for ``/metrics`` to merge (default: a new directory under
     ``var/metrics/``, removed at exit). Its files are cleared at start; a dead worker's live gauges are removed.
 
-This process opens the workers' sockets and hands them to every worker, so a connection goes to whichever worker
-is free first. Without the edge it is ONE TCP socket on ``WEB_PORT`` (``SO_REUSEADDR``, listening, non-blocking),
+This process opens the workers' sockets and hands them to every worker, so a connection goes to whichever worker is
+free first. Without the edge it is ONE TCP socket on ``WEB_PORT`` (``SO_REUSEADDR``, listening, non-blocking),
 handed over with ``pass_fds`` as ``python -m streams.server --fd <fd> config.asgi:application``. Behind the edge
-they are ``edge_process.SOCKETS`` Unix sockets in a new directory of the system's temporary one (mode 0700,
-removed at exit; `listen_unix` says why several), handed over as systemd's socket activation does: descriptors 3
-and on, ``LISTEN_FDS``, ``LISTEN_FDNAMES`` and ``LISTEN_PID``, each read by Twisted's documented ``systemd:``
-endpoint (``-e systemd:domain=UNIX:index=<i>``, with ``--proxy-headers``). Each worker is a separate process with its own event loop and its own in-memory cache; none shares state
+they are ``edge_process.SOCKETS`` Unix sockets in this process's own directory, ``var/run/web-<pid>`` (mode 0700,
+removed at exit, or at the next start if this process was killed; `listen_unix` says why several), handed over as
+systemd's socket activation does: descriptors 3 and on, ``LISTEN_FDS``, ``LISTEN_FDNAMES`` and ``LISTEN_PID``, each
+read by Twisted's documented ``systemd:`` endpoint (``-e systemd:domain=UNIX:index=<i>``, with ``--proxy-headers``).
+Each worker is a separate process with its own event loop and its own in-memory cache; none shares state
 with another. The edge, when there is one, is supervised as one more slot.
 
 Signals: SIGTERM, SIGINT and SIGHUP are forwarded to every worker and the edge (SIGHUP as SIGTERM); they run in
@@ -116,6 +117,7 @@ PR_SET_PDEATHSIG = 1
 # delivery-log files, and connections that have not become streams yet (an API call, a refused request).
 DESCRIPTOR_HEADROOM = 1024
 UNLIMITED_DESCRIPTORS = 1 << 20  # the kernel's usual ceiling (fs.nr_open)
+UNIX_PATH_MAX = 107  # the longest name a Unix socket may have (sun_path, less its terminating NUL)
 LISTEN_FDS_START = 3  # where socket activation puts the first descriptor it hands over (sd_listen_fds)
 MALLOC_ARENA_MAX = "2"
 PYTHONMALLOC = "malloc"
@@ -145,6 +147,17 @@ def listen(host: str, port: int, backlog: int) -> socket.socket:
     sock.setblocking(False)
     sock.set_inheritable(True)
     return sock
+
+
+def socket_directory(private: Path) -> Path:
+    """Where the workers' Unix sockets go: this supervisor's `private` directory, or, when its path is too long for
+    a socket's name (107 bytes), a new one in the system's temporary directory, removed at exit."""
+    longest = private / edge_process.socket_name(edge_process.SOCKETS - 1)
+    if len(os.fsencode(longest)) <= UNIX_PATH_MAX:
+        return private
+    short = Path(tempfile.mkdtemp(prefix=f"sse-web-{os.getpid()}-"))
+    atexit.register(shutil.rmtree, short, ignore_errors=True)
+    return short
 
 
 def listen_unix(directory: Path, backlog: int) -> list[socket.socket]:
@@ -474,14 +487,15 @@ def start_edge(
     """The workers' Unix sockets, and the edge that forwards to them, its configuration checked."""
     try:
         binary = edge_process.find_haproxy()
+        # This supervisor's own directory, for the TLS key and the workers' sockets (one left by a supervisor that
+        # was killed is removed at the next start).
+        private = edge_process.private_directory(ROOT / "var" / "run")
+        atexit.register(shutil.rmtree, private, ignore_errors=True)
         pem = None
         if https_port is not None:
-            private = edge_process.private_directory(ROOT / "var" / "run")
-            atexit.register(shutil.rmtree, private, ignore_errors=True)
             cert, key = certificate(host)
             pem = edge_process.tls_pem(private, cert, key)
-        run_dir = Path(tempfile.mkdtemp(prefix="sse-web-"))  # short, whatever the checkout's path: a socket's name
-        atexit.register(shutil.rmtree, run_dir, ignore_errors=True)
+        run_dir = socket_directory(private)
         sockets = listen_unix(run_dir, backlog)
         upstream = str(run_dir)
         token = edge_process.new_token()

@@ -22,6 +22,8 @@ import pytest
 
 from tests.support.servers import HOST, children, stop_web, web_started, workers_of
 
+import web as web_py  # platform/web.py, on the path tests.support.servers gives platform/  # isort: skip
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BACKLOG = 8  # each socket queues BACKLOG + 1 connections (Linux)
@@ -75,6 +77,16 @@ def test_every_socket_keeps_the_backlog_it_was_given(web: tuple[subprocess.Popen
         if len(fields) > 4 and fields[4].startswith(directory + "/")
     }
     assert backlogs == {edge_process.socket_name(index): BACKLOG for index in range(edge_process.SOCKETS)}
+
+
+def test_the_sockets_go_to_the_supervisors_own_directory_unless_its_path_is_too_long(tmp_path: Path) -> None:
+    assert web_py.socket_directory(tmp_path) == tmp_path
+    deep = tmp_path / ("d" * 100)
+    short = web_py.socket_directory(deep)
+    assert short != deep
+    assert short.is_dir()
+    assert len(os.fsencode(short / edge_process.socket_name(edge_process.SOCKETS - 1))) <= web_py.UNIX_PATH_MAX
+    short.rmdir()
 
 
 def test_the_edge_forwards_to_every_socket_the_supervisor_opens_and_only_those() -> None:
