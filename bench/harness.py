@@ -700,6 +700,8 @@ class Scenario:
             proc.stop()
         if self.upstream_socket is not None:
             self.upstream_socket.close()
+        if self.upstream_path:
+            shutil.rmtree(self.upstream_path, ignore_errors=True)
         with contextlib.suppress(Exception):
             delete_route(self.route)
         if self.values == "avro":
