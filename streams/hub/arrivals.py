@@ -10,6 +10,7 @@ Handed the hub's topics, the cache, the fetcher's `paused` and the fan-out's `sc
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from streams.hub.cache import Cache
@@ -40,7 +41,7 @@ class Arrivals:
         for topic, partition in batch.eof:
             state = self.topics.get(topic)
             if state is not None and not self._paused((topic, partition)):  # polled before its pause
-                state.at_end.add(partition)
+                state.reached_end(partition, time.monotonic())
                 touched.add(topic)
         for topic in touched:
             self._schedule(self.topics[topic])

@@ -64,6 +64,8 @@ class TopicState:
     described_at: float
     low: dict[int, int] = field(default_factory=dict)  # earliest offsets, as last looked up
     at_end: set[int] = field(default_factory=set)  # partitions the fetcher has read up to their end
+    # When the fetcher last said so, per partition (time.monotonic()): Kafka's end may have moved since.
+    end_reported_at: dict[int, float] = field(default_factory=dict)
     subscribers: set[Subscriber] = field(default_factory=set)
     idle_since: float | None = None
     bootstrap: bool = False
@@ -73,3 +75,8 @@ class TopicState:
     marks: asyncio.Task[dict[int, Watermarks]] | None = None  # the latest watermark lookup
     marks_at: float = float("-inf")
     reads: SharedReads = field(default_factory=SharedReads)  # catch-up reads of streams in the same position
+
+    def reached_end(self, partition: int, now: float) -> None:
+        """The fetcher read `partition` up to Kafka's end as it was at `now`."""
+        self.at_end.add(partition)
+        self.end_reported_at[partition] = now

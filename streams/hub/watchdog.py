@@ -3,7 +3,8 @@
 A stream is *stalled* when its read position has not moved for `stall_s` while its client reads (its
 connection is not full) and, at two checks in a row (a fetch in flight at one check is no stall), either the
 cache holds records past that position, or Kafka's end of one of its partitions moved past it since the
-stream went quiet while the fetcher has not reported reaching that end. A stalled
+stream went quiet while the fetcher has not reported reaching Kafka's end since it moved (an aborted
+transaction's records and markers move it with nothing to deliver, and the fetcher reports its end again). A stalled
 stream is logged once, with its route and topic, and counted (`/-/health`: `stalled_streams` now,
 `stalls_noticed` since start). Nothing is repaired here: the cure belongs in the code that stalled.
 
@@ -34,6 +35,7 @@ class Quiet:
     cursors: dict[int, int]
     since: float
     highs: dict[int, int] | None = None  # Kafka's ends when the stream was first found quiet for long
+    grew_at: dict[int, float] | None = None  # when each partition's end was first seen past `highs`
     behind: bool = False  # the last check found it behind
     stalled: bool = False
 
@@ -105,7 +107,15 @@ class StallWatch:
             unread = window is not None and (cursor < window.start or bool(window.read(cursor, 1)))
             high = highs.get(partition, cursor)
             grew = quiet.highs is not None and high > quiet.highs.get(partition, high)
-            if unread or (grew and high > cursor and partition not in state.at_end):
+            caught_up = False
+            if grew:
+                if quiet.grew_at is None:
+                    quiet.grew_at = {}
+                grew_at = quiet.grew_at.setdefault(partition, now)
+                # The fetcher is at Kafka's end only if it said so after that end moved: an end it reached before
+                # (a live stream's usual place) says nothing of the records that came since.
+                caught_up = partition in state.at_end and state.end_reported_at.get(partition, -1.0) >= grew_at
+            if unread or (grew and high > cursor and not caught_up):
                 behind.append(partition)
         if quiet.highs is None:
             quiet.highs = dict(highs)

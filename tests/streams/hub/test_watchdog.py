@@ -73,12 +73,23 @@ async def test_a_stream_at_the_end_the_fetcher_reached_or_whose_client_is_full_i
     at_end, full = Stream(cursor=5), Stream(cursor=5)
     full.open = False
     states = [topic(at_end), topic(full)]
-    states[0].at_end.add(0)
     for now in (0, STALL_S, STALL_S + 1, STALL_S + 2, STALL_S + 3):
-        metadata.high += 1
+        metadata.high += 1  # with nothing to deliver (an aborted transaction's records and marker)...
+        states[0].reached_end(0, now)  # ...which the fetcher read through, to Kafka's new end
         for state in states:
             await check(watch, state, metadata, now)
     assert (watch.stalled, watch.noticed) == (0, 0)
+
+
+@pytest.mark.asyncio
+async def test_a_stream_whose_fetcher_reached_the_end_before_kafka_moved_on_and_not_since_is_noticed() -> None:
+    watch, metadata, stream = StallWatch(STALL_S), Metadata(), Stream(cursor=5)
+    state = topic(stream)
+    state.reached_end(0, 0.0)  # a live stream's usual place: at the end, waiting
+    for now in (0, STALL_S, STALL_S + 1, STALL_S + 2, STALL_S + 3):
+        metadata.high += 1  # records arrive in Kafka; the consumer fetches none and says nothing
+        await check(watch, state, metadata, now)
+    assert (watch.stalled, watch.noticed) == (1, 1)
 
 
 @pytest.mark.asyncio
