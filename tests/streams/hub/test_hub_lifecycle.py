@@ -15,6 +15,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from confluent_kafka import Producer
+from django.conf import settings as django_settings
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
@@ -191,6 +193,28 @@ def test_a_client_that_does_not_read_or_a_quiet_topic_is_no_stall(
         assert slow.values == []
         slow.flow.resume()
         wait_until(lambda: len(slow.values) > 1)
+
+
+def test_aborted_transactions_that_move_kafkas_end_with_nothing_to_deliver_are_no_stall(
+    loop_thread: LoopThread, new_topic: Callable[..., str], produce: Produce
+) -> None:
+    topic = new_topic()
+    transactional = Producer({**django_settings.KAFKA.producer_config(), "transactional.id": f"tx-{uuid.uuid4().hex}"})
+    transactional.init_transactions(10)
+    with running_hub(loop_thread, stall_s=0.5) as (hub, streams):
+        stream = streams(topic, start=START_LIVE)
+        produce(topic, b"before")
+        wait_until(lambda: stream.values == ["before"])  # at the end, as a live stream waits
+        deadline = time.monotonic() + 3  # six stall bounds, Kafka's end moving all along
+        while time.monotonic() < deadline:
+            transactional.begin_transaction()
+            transactional.produce(topic, b"aborted", partition=0)
+            transactional.flush(10)
+            transactional.abort_transaction(10)
+            time.sleep(0.1)
+        assert hub.stats()["stalls_noticed"] == 0
+        produce(topic, b"after")
+        wait_until(lambda: stream.values == ["before", "after"])
 
 
 @contextlib.contextmanager
