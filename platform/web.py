@@ -166,9 +166,9 @@ def listen_unix(directory: Path, backlog: int) -> list[socket.socket]:
 
     A Unix socket's connections cost the worker about a third less CPU per write than loopback TCP's, as no TCP runs
     for them (docs/benchmarks.md, "The edge's sockets to the workers"). But a connect to a Unix socket whose queue is
-    full fails at once (TCP would try again a second later), and HAProxy retries it at once: one socket's queue
-    (`backlog`, at most net.core.somaxconn) lost streams in reconnect storms. With several, a connect that finds one
-    full is retried on the next (haproxy.cfg, `option redispatch 1`), and the queues add up.
+    full fails at once (TCP would try again a second later), and HAProxy's three retries found it still full: one
+    socket's queue (`backlog`, at most net.core.somaxconn) lost streams in reconnect storms. With several, a connect
+    that finds one full is retried on the next (haproxy.cfg, `option redispatch 1`), and the queues add up.
     """
     sockets: list[socket.socket] = []
     for index in range(edge_process.SOCKETS):
