@@ -241,9 +241,12 @@ class Fetch:
         poll's records would wait for that (MAX_BATCHES_IN_FLIGHT)."""
         if self.in_flight < MAX_BATCHES_IN_FLIGHT and (job := self.queue.job(self.batch_size, BATCH_BYTES)):
             decoded, ends = self.queue.done(self.decoder.decode(job))
-            records, eof = {**records, **decoded}, [*eof, *ends]  # their partitions differ (`poll`)
+            for key, found in decoded.items():  # after what the poll decoded of the partition, if anything
+                records[key] = [*records.get(key, ()), *found]
+            eof = [*eof, *ends]  # a partition with records queued is not in the poll's (`poll`)
         self.send_batch(records, eof)
-        self.partitions.block(self.queue.blocked())
+        if self.queue.pending or self.partitions.blocked:
+            self.partitions.block(self.queue.blocked())
 
     def send_batch(self, records: dict[Key, list[RecordTuple]], eof: list[Key]) -> None:
         polling = self.partitions.polling
@@ -271,8 +274,9 @@ class Fetch:
         self.conn.send(("highs", *self.partitions.watermarks()))
 
     def poll(self, wait: float) -> tuple[dict[Key, list[RecordTuple]], list[Key]]:
-        """What a poll brought that goes out as it is: the records of partitions that are not decoded (or queued),
-        and the partitions whose end was reached with nothing of them queued; the others' records are queued."""
+        """What a poll brought that goes out now: the records of partitions that are not decoded, those of decoded
+        partitions with nothing queued, decoded at once, and the partitions whose end was reached with nothing of
+        them queued; the records of partitions with some queued are queued behind them."""
         # poll() returns as soon as one message is ready; consume(n, 0) then drains what is already fetched.
         first = self.consumer.poll(wait)
         if first is None:
@@ -290,8 +294,12 @@ class Fetch:
             self.conn.send(("errors", errors))
         records: dict[Key, list[RecordTuple]] = {}
         for key, found in fetched.items():
-            if key in self.queue or self.decoder.decodes(key[0]):
+            if key in self.queue:  # a partition's records go out in order: behind those queued
                 self.queue.add(key, polling[key], found)
+            elif self.decoder.decodes(key[0]):  # decoded at once, with no queue's bookkeeping (`DecodeQueue.now`)
+                results = self.decoder.decode([(key[0], record) for record in found])
+                if decoded := self.queue.now(key, polling[key], found, results):
+                    records[key] = decoded
             else:
                 records[key] = found
         return records, [key for key in ends if self.queue.eof(key)]

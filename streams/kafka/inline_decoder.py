@@ -56,6 +56,8 @@ class InlineDecoder:
     def decode(self, entries: list[Entry]) -> list[Result]:
         """One result per entry, as the decoder process gives them; a poisoned record is skipped untried."""
         self._job += 1
+        if not self.poison:  # the usual case
+            return decode(self.decoding, self.slot, self._job, entries)
         tried = [(topic, record) for topic, record in entries if (topic, record[0], record[1]) not in self.poison]
         decoded = iter(decode(self.decoding, self.slot, self._job, tried))
         return [None if (topic, record[0], record[1]) in self.poison else next(decoded) for topic, record in entries]

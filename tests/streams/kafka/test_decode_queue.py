@@ -104,3 +104,29 @@ def test_a_repeated_fetch_of_a_paused_partition_is_not_queued_twice() -> None:
     queue.add(A, 1, [record(0, 0), record(0, 1)])
     queue.add(A, 1, [record(0, 1), record(0, 2)])
     assert [found[1][1] for found in queue.job(100, 1 << 20)] == [0, 1, 2]
+
+
+def test_records_decoded_at_once_go_out_and_from_the_first_that_waits_the_rest_are_queued() -> None:
+    """The fetch process decodes a partition with nothing queued as its poll brought it (`now`): what waits for its
+    registry, and what follows, waits in the queue as if a job had said so."""
+    clock = Clock()
+    queue = DecodeQueue(clock)
+    found = [record(0, offset) for offset in range(5)]
+    answers = [decoded(found[0]), None, decoded(found[2]), "registry down", False]
+    assert queue.now(A, 1, found, answers) == [decoded(found[0]), decoded(found[2])]
+    assert [queued[1] for queued in queue.pending[A].records] == [3, 4]
+    assert queue.waiting() == {A: "registry down"}
+    assert queue.blocked() == {A}
+    assert queue.eof(A) is False
+    assert queue.job(100, 1 << 20) == []  # not due yet
+    clock.now += decode_queue.RETRY_S
+    assert queue.job(100, 1 << 20) == [("t", found[3]), ("t", found[4])]
+    assert queue.done([decoded(found[3]), decoded(found[4])]) == ({A: [decoded(found[3]), decoded(found[4])]}, [A])
+
+
+def test_records_decoded_at_once_leave_nothing_queued_when_all_decode_or_are_skipped() -> None:
+    queue = DecodeQueue()
+    found = [record(0, 0), record(0, 1)]
+    assert queue.now(A, 1, found, [None, decoded(found[1])]) == [decoded(found[1])]
+    assert A not in queue
+    assert queue.eof(A) is True
