@@ -4,11 +4,11 @@ the decoder (streams/kafka/decoder.py) and sends what comes back.
 
 Only the records of topics with models come here; the others go to the worker as they are fetched, and never wait
 for a record being decoded. A partition with nothing here has its records decoded as the poll brings them, and
-only those from the first that waits, or was not tried, come here (`now`). A partition's records are decoded in order and go out in order: those fetched while
-earlier ones are in a job queue behind them. A partition **blocks** (its consumer partition stays paused, whatever
-the worker says) while its records wait for their schema registry, or while more than `BLOCK_BYTES` of them wait
-to be decoded; it fetches again once neither holds. Its end (Kafka's end of the partition, reached) is told only
-once nothing of it waits.
+only those from the first that waits, or was not tried, come here (`now`). A partition's records are decoded in
+order and go out in order: those fetched while earlier ones are here queue behind them. A partition **blocks** (its
+consumer partition stays paused, whatever the worker says) while its records wait for their schema registry, or
+while more than `BLOCK_BYTES` of them wait to be decoded; it fetches again once neither holds. Its end (Kafka's end
+of the partition, reached) is told only once nothing of it waits.
 
 States of a partition here, as `Pending` holds them: queued (records, none in a job) -> in a job (the first `in_job`
 records) -> done: decoded ones out, skipped ones gone, from the first that waits on held with `why` until
