@@ -74,7 +74,7 @@ def test_it_decodes_a_protobuf_serializer_record_to_proto3_json(
     config = {"use.deprecated.format": False}
     produce(topic, serialize(ProtobufSerializer(types["Order"], confluent_registry, config), topic, order))
     produce(topic, serialize(ProtobufSerializer(types["Refund"], confluent_registry, config), topic, refund))
-    line_type = message_factory.GetMessageClass(ProtobufReader(SHOP).by_name("Order.Line"))
+    line_type: Any = message_factory.GetMessageClass(ProtobufReader(SHOP).by_name("Order.Line"))  # fields by name
     produce(topic, serialize(ProtobufSerializer(line_type, confluent_registry, config), topic, line_type(quantity=2)))
     (_, first), (_, second), (_, third) = read_back(topic, 3)
 
