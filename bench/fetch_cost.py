@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # as its worker starts it, fed like its worker feeds it. Prints "<pid>" once started, then "<records>" every
 # second.
 DRIVER = r"""
-import json, os, socket, sys, time
+import os, socket, subprocess, sys, time
 from multiprocessing.connection import Connection
 from confluent_kafka import Consumer, TopicPartition
 from config.kafka_settings import KafkaSettings
@@ -55,7 +55,7 @@ if registry:
         os.ftruncate(slot, Slot.SIZE)
         command += ["decode", str(slot)]
         fds.append(slot)
-process = __import__("subprocess").Popen(command, pass_fds=fds, stdin=-3)
+process = subprocess.Popen(command, pass_fds=fds, stdin=subprocess.DEVNULL)
 theirs.close()
 conn = Connection(os.dup(ours.fileno()))
 kafka = KafkaSettings(bootstrap_servers=bootstrap)
