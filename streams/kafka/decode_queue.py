@@ -66,7 +66,7 @@ class DecodeQueue:
         """The records of a partition with nothing queued, decoded at once as the poll brought them (one result per
         record, as a job's): those decoded. From the first that waits for its registry, or was not tried, they
         are queued as `done` would leave them. A live topic's usual way: its records come one or two per poll,
-        and a job's bookkeeping for them cost a tenth of the fetch process's CPU."""
+        and a job's bookkeeping for them cost several per cent of the fetch process's CPU."""
         decoded: list[RecordTuple] = []
         for index, result in enumerate(results):
             if isinstance(result, tuple):

@@ -119,7 +119,7 @@ def test_a_partition_with_nothing_queued_has_its_records_decoded_by_the_poll_tha
     fetch_and_worker: tuple[Fetch, Connection], new_topic: Callable[..., str], produce: Produce
 ) -> None:
     """The usual way of a live decoded topic: a record or two per poll, decoded at once, with none of the queue's
-    bookkeeping (it cost a tenth of the process's CPU at 100 records a second)."""
+    bookkeeping (it cost several per cent of the process's CPU at 100 records a second)."""
     fetch, _ = fetch_and_worker
     topic = new_topic()
     for _ in range(3):
