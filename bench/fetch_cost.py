@@ -84,17 +84,6 @@ while process.poll() is None:
 """
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds of all of a process's threads alive now (schedstat: nanoseconds, not clock ticks)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / 1e9
-
-
 class Driver:
     def __init__(self, label: str, checkout: Path, args: argparse.Namespace, topic: str, registry: str) -> None:
         self.label = label
@@ -113,7 +102,7 @@ class Driver:
         os.set_blocking(self.lines.fileno(), False)
         while line := self.lines.readline():
             self.records = int(line)
-        return process_cpu(self.fetch_pid), self.records
+        return harness.process_cpu(self.fetch_pid), self.records
 
     def stop(self) -> None:
         self.process.terminate()

@@ -80,6 +80,23 @@ def cpu_ticks(pid: int | None) -> int | None:
     return int(fields[11]) + int(fields[12])
 
 
+def task_cpu(pid: int, tid: int) -> float:
+    """CPU seconds of one thread, from its schedstat (nanoseconds, not clock ticks); 0 once it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds of the threads of a process alive now (`task_cpu` each); 0 once it is gone."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return 0.0
+    return sum(task_cpu(pid, tid) for tid in tids)
+
+
 def rss_mb(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -198,23 +198,11 @@ class Cpu:
     @classmethod
     def read(cls, pid: int) -> Cpu:
         return cls(
-            time.monotonic(), process_cpu(pid), task_cpu(pid, pid), sum(process_cpu(c) for c in harness.children(pid))
+            time.monotonic(),
+            harness.process_cpu(pid),
+            harness.task_cpu(pid, pid),
+            sum(harness.process_cpu(c) for c in harness.children(pid)),
         )
-
-
-def task_cpu(pid: int, tid: int) -> float:
-    try:
-        return int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
-def process_cpu(pid: int) -> float:
-    try:
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        return 0.0
-    return sum(task_cpu(pid, tid) for tid in tids)
 
 
 def seconds_over(before: Cpu, after: Cpu, idle: dict[str, float]) -> dict[str, float]:
