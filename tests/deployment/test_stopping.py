@@ -37,7 +37,7 @@ from tests.support.servers import free_port
 STOP_BOUND_S = 30.0
 START_TIMEOUT_S = 150.0  # the first start: initdb, the migrations, the broker's JVM and its storage
 
-pytestmark = pytest.mark.timeout(START_TIMEOUT_S + STOP_BOUND_S + 60)
+pytestmark = [pytest.mark.timeout(START_TIMEOUT_S + STOP_BOUND_S + 60), pytest.mark.beside]
 
 SERVICE_PROGRAMS = ("postgres", "redis-server", "java")
 Ident = tuple[int, int]  # (pid, start time in clock ticks): a pid the kernel reuses is another process

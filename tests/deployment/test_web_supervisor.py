@@ -23,7 +23,7 @@ from tests.support.servers import HOST, VAR, free_port, healthy, start_web, stop
 
 import web  # platform/web.py, on the path tests.support.servers gives platform/  # isort: skip
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.beside]
 
 
 def test_sigterm_stops_every_worker_and_exits_0(web: tuple[subprocess.Popen[bytes], int]) -> None:

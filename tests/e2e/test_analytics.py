@@ -51,7 +51,7 @@ from tests.support.servers import (
 )
 from tests.support.sse_client import EventStream
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.beside]
 
 
 def stop_gracefully(process: subprocess.Popen[bytes]) -> None:

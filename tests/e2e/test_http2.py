@@ -31,7 +31,7 @@ from tests.support.h2client import H2Client, Pumping, tls_context
 from tests.support.rawsse import RawStream
 from tests.support.servers import HOST, ROOT, VAR, edge, free_port, stop_web, web_environment, web_started, workers_of
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.beside]
 MiB = 1024 * 1024
 # A small cache and small Kafka prefetch queues (1 MiB, and one fetch of 1 MiB, per consumer; a stream that
 # fell behind the cache reads through a consumer of its own), so what flow control bounds stands out in RSS.

@@ -54,7 +54,7 @@ from tests.support.sse_client import EventStream
 
 # The first test also starts the cluster and daphne, and the rolling restart starts three JVMs again: on a busy
 # machine either comes near the 120 s default. Every wait inside has a deadline of its own, so a hang fails there.
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240), pytest.mark.beside]
 
 PARTITIONS = 3
 STREAMS = 3

@@ -19,7 +19,7 @@ from tests.support.jwt_keys import guard_fields, token
 from tests.support.servers import DaphneServer, TcpProxy, start_daphne
 from tests.support.sse_client import EventStream
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.beside]
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from tests.support.jwt_keys import guard_fields, token
 from tests.support.rawsse import RawStream
 from tests.support.servers import HOST, DaphneServer, TcpProxy
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.beside]
 __all__ = ["behind_a_cuttable_redis"]  # the fixture, imported for pytest
 
 MAX_STREAMS = 24  # opened until both workers hold some, for each kind of token

@@ -25,7 +25,7 @@ from tests.support.jwt_keys import guard_fields, token
 from tests.support.rawsse import RawStream
 from tests.support.servers import DaphneServer, start_daphne
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.beside]
 
 STREAMS = 12
 PROMPTLY_S = 3.0  # well under daphne's application_close_timeout (10 s), after which it cancels what is left

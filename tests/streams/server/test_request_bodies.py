@@ -28,7 +28,7 @@ from tests.streams.edge.test_metrics import scrape, value
 from tests.support.h2client import H2Client
 from tests.support.servers import HOST, DaphneServer, start_daphne
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.beside]
 MiB = 1024 * 1024
 API_MAX_BODY = 64 * 1024
 # What a refused client may still get to send: its own send buffer and the server's receive buffer, which the
