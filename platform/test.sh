@@ -20,8 +20,12 @@ if [[ "$beside_redis" =~ ^(rediss?://[^/]*)(/[0-9]*)?$ ]]; then beside_redis="${
 mkdir -p var
 beside_log=var/test-beside.log
 echo "== pytest (the tests marked beside run alongside: $beside_log, printed at the end)"
-TEST_DB_SUFFIX="${TEST_DB_SUFFIX:-}_beside" REDIS_URL="$beside_redis" \
-    "$bin/pytest" -p no:cacheprovider -m beside >"$beside_log" 2>&1 &
+# A background job starts with SIGINT ignored: give it back, so that Ctrl-C ends both runs through their teardown.
+(
+    trap - INT QUIT
+    TEST_DB_SUFFIX="${TEST_DB_SUFFIX:-}_beside" REDIS_URL="$beside_redis" \
+        exec "$bin/pytest" -p no:cacheprovider -m beside
+) >"$beside_log" 2>&1 </dev/null &
 beside=$!
 status=0
 "$bin/pytest" -m "not beside" || status=$?
