@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import fcntl
 import ipaddress
 import os
 import tempfile
@@ -95,6 +96,16 @@ def development_pair(directory: Path, host: str) -> tuple[Path, Path]:
     if _usable(cert, key, host):
         return cert, key
     directory.mkdir(parents=True, exist_ok=True)
+    # Two supervisors starting at once (two test runs side by side) make one pair: each file is replaced whole,
+    # but without the lock one could write its key over the other's and leave the other's certificate beside it.
+    with (directory / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _usable(cert, key, host):
+            _make_pair(cert, key, host)
+    return cert, key
+
+
+def _make_pair(cert: Path, key: Path, host: str) -> None:
     private = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sse-platform development")])
     alternative: list[x509.GeneralName] = []
@@ -121,4 +132,3 @@ def development_pair(directory: Path, host: str) -> tuple[Path, Path]:
     )
     _write(key, key_pem)
     _write(cert, certificate.public_bytes(serialization.Encoding.PEM))
-    return cert, key
