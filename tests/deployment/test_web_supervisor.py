@@ -19,7 +19,17 @@ import pytest
 from embedded import pid_alive
 
 from tests.conftest import wait_until
-from tests.support.servers import HOST, VAR, free_port, healthy, start_web, stop_web, web_started, workers_of
+from tests.support.servers import (
+    HOST,
+    VAR,
+    free_port,
+    healthy,
+    start_web,
+    stop_web,
+    supervisor_log,
+    web_started,
+    workers_of,
+)
 
 import web  # platform/web.py, on the path tests.support.servers gives platform/  # isort: skip
 
@@ -69,7 +79,7 @@ def test_a_slots_wait_doubles_up_to_its_cap_and_starts_over_after_a_worker_that_
 
 def supervisor_log_from_here() -> Callable[[], str]:
     """What platform/web.py processes started from now on log (start_web appends to one file)."""
-    path = VAR / "test-web-supervisor.log"
+    path = supervisor_log()
     VAR.mkdir(exist_ok=True)
     offset = path.stat().st_size if path.exists() else 0
 

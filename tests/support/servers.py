@@ -28,6 +28,9 @@ from django.conf import settings
 ROOT = Path(__file__).resolve().parents[2]
 VAR = ROOT / "var"
 HOST = "127.0.0.1"
+# `make test` runs two pytest processes side by side (platform/test.sh), told apart by TEST_DB_SUFFIX: what the
+# tests keep under var/ by a fixed name (a server's log, a cluster's data) is one per process.
+RUN_SUFFIX = os.environ.get("TEST_DB_SUFFIX", "")
 STOP_GRACE_S = 10.0
 
 
@@ -112,7 +115,7 @@ def start_daphne(
         "KAFKA_BOOTSTRAP_SERVERS": settings.KAFKA.bootstrap_servers,
         **env_overrides,
     }
-    log_path = VAR / f"{log_name}.log"
+    log_path = VAR / f"{log_name}{RUN_SUFFIX}.log"
     log_path.parent.mkdir(exist_ok=True)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
@@ -194,10 +197,15 @@ def web_environment(port: int, processes: int = 2, **env: str) -> dict[str, str]
     }
 
 
+def supervisor_log() -> Path:
+    """Where every platform/web.py this process starts logs (appended)."""
+    return VAR / f"test-web-supervisor{RUN_SUFFIX}.log"
+
+
 def start_web(port: int, processes: int = 2, **env: str) -> subprocess.Popen[bytes]:
     environment = web_environment(port, processes, **env)
     VAR.mkdir(exist_ok=True)
-    with (VAR / "test-web-supervisor.log").open("ab") as log:  # the child keeps its own copy of the descriptor
+    with supervisor_log().open("ab") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(
             [sys.executable, "platform/web.py"], cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT
         )
@@ -416,7 +424,7 @@ class KafkaCluster:
 
     def __init__(self, name: str, nodes: list[embedded_kafka.NodeSpec]) -> None:
         self.name, self.nodes = name, {node.node_id: node for node in nodes}
-        self.root = VAR / name
+        self.root = VAR / f"{name}{RUN_SUFFIX}"
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
@@ -486,7 +494,7 @@ def kafka_cluster(
     `advertised` maps a node id to the port its clients are told to use (a `TcpProxy` in front, which must be
     running already and forward to `ports[node_id]`).
     """
-    root = VAR / name
+    root = VAR / f"{name}{RUN_SUFFIX}"
     shutil.rmtree(root, ignore_errors=True)
     nodes = [
         embedded_kafka.NodeSpec(
@@ -535,6 +543,6 @@ def start_schema_registry() -> embedded_registry.Registry:
     """A fresh Apicurio Registry (storage in memory) on a free port, once its Confluent API answers; its `url`
     is that API's. Output in var/test-schema-registry.log, rewritten at each start."""
     try:
-        return embedded_registry.start(VAR / "test-schema-registry.log")
+        return embedded_registry.start(VAR / f"test-schema-registry{RUN_SUFFIX}.log")
     except embedded.ServiceError as exc:
         pytest.fail(str(exc))
