@@ -10,13 +10,15 @@ echo "== ruff"; "$bin/ruff" check .
 echo "== mypy"; "$bin/mypy" .
 echo "== import-linter"; "$bin/lint-imports"
 [ "${1:-}" = "--lint-only" ] && exit 0
-if [ "$#" -gt 0 ]; then echo "== pytest"; exec "$bin/pytest" "$@"; fi
-
 # The whole suite: the tests marked `beside` mostly wait on servers of their own (a whole `make run`, a Celery beat's
 # minute, an outage's clock), so they run in a second pytest beside the rest, on a test database and a Redis
 # database of their own (15 is the Celery broker of tests/e2e/test_analytics.py). Their output follows the rest's.
-beside_redis="${REDIS_URL:-}"
-if [[ "$beside_redis" =~ ^(rediss?://[^/]*)(/[0-9]*)?$ ]]; then beside_redis="${BASH_REMATCH[1]}/14"; fi
+# Arguments, or a REDIS_URL whose database cannot be told apart that way: one pytest.
+if [ "$#" -gt 0 ] || ! [[ "${REDIS_URL:-}" =~ ^(rediss?://[^/]*)(/[0-9]?)?$ ]]; then
+    echo "== pytest"
+    exec "$bin/pytest" "$@"
+fi
+beside_redis="${BASH_REMATCH[1]}/14"
 mkdir -p var
 beside_log=var/test-beside.log
 echo "== pytest (the tests marked beside run alongside: $beside_log, printed at the end)"
