@@ -194,6 +194,50 @@ def test_a_flow_whose_client_went_mid_response_lets_go_of_its_request(
     flow.abort()  # nothing to drop any more, and no error
 
 
+def test_a_stream_lets_go_of_its_header_tables_once_they_went_out_and_goes_on(
+    pair: tuple[tcp.Connection, http.Request, socket.socket],
+) -> None:
+    """What a stream holds for as long as it lasts: not the request's headers (the scope has them) nor the response's
+    (sent). The response goes on and ends as chunked HTTP/1.1 after that."""
+    from streams.server.daphne import FlowControlServer  # noqa: PLC0415  (settings are read at its first use)
+
+    transport, started, client = pair
+    request: Any = started  # daphne's WebRequest has `handle_reply` besides: given below
+    request.requestHeaders.addRawHeader(b"user-agent", b"a browser")
+    request.responseHeaders.addRawHeader(b"content-type", b"text/event-stream")
+    replies: list[dict[str, Any]] = []
+    request.handle_reply = replies.append  # daphne's WebRequest takes the message here: what it writes is below
+    server: Any = FlowControlServer.__new__(FlowControlServer)  # its reply path alone: no port
+    server.connections = {request: {}}
+
+    asyncio.run(server.handle_reply(request, {"type": "http.response.body", "body": b"", "more_body": True}))
+    assert len(replies) == 1
+    assert list(request.requestHeaders.getAllRawHeaders()) == []
+    assert list(request.responseHeaders.getAllRawHeaders()) == []
+
+    request.write(b"data: 1\n\n")
+    request.finish()
+    transport.doWrite()  # type: ignore[no-untyped-call]
+    client.setblocking(False)
+    sent = client.recv(1 << 16)
+    assert sent.endswith(b"9\r\ndata: 1\n\n\r\n0\r\n\r\n"), sent
+
+
+def test_a_response_that_has_not_written_keeps_its_headers(
+    pair: tuple[tcp.Connection, http.Request, socket.socket],
+) -> None:
+    from streams.server.daphne import FlowControlServer  # noqa: PLC0415
+
+    request: Any = pair[1]
+    request.startedWriting = 0  # as before daphne's first write
+    request.responseHeaders.addRawHeader(b"content-type", b"text/event-stream")
+    request.handle_reply = lambda message: None
+    server: Any = FlowControlServer.__new__(FlowControlServer)
+    server.connections = {request: {}}
+    asyncio.run(server.handle_reply(request, {"type": "http.response.start", "status": 200, "headers": []}))
+    assert request.responseHeaders.getRawHeaders(b"content-type") == [b"text/event-stream"]
+
+
 class _ListeningReactor:
     """Just enough of a reactor for a listening port and the connections it accepts (nothing runs)."""
 
