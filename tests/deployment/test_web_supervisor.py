@@ -21,12 +21,12 @@ from embedded import pid_alive
 from tests.conftest import wait_until
 from tests.support.servers import (
     HOST,
+    SUPERVISOR_LOG,
     VAR,
     free_port,
     healthy,
     start_web,
     stop_web,
-    supervisor_log,
     web_started,
     workers_of,
 )
@@ -79,7 +79,7 @@ def test_a_slots_wait_doubles_up_to_its_cap_and_starts_over_after_a_worker_that_
 
 def supervisor_log_from_here() -> Callable[[], str]:
     """What platform/web.py processes started from now on log (start_web appends to one file)."""
-    path = supervisor_log()
+    path = SUPERVISOR_LOG
     VAR.mkdir(exist_ok=True)
     offset = path.stat().st_size if path.exists() else 0
 

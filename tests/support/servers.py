@@ -28,10 +28,16 @@ from django.conf import settings
 ROOT = Path(__file__).resolve().parents[2]
 VAR = ROOT / "var"
 HOST = "127.0.0.1"
-# `make test` runs two pytest processes side by side (platform/test.sh), told apart by TEST_DB_SUFFIX: what the
-# tests keep under var/ by a fixed name (a server's log, a cluster's data) is one per process.
-RUN_SUFFIX = os.environ.get("TEST_DB_SUFFIX", "")
 STOP_GRACE_S = 10.0
+
+
+def in_var(name: str, extension: str = "") -> Path:
+    """var/<name><extension> of this pytest process: `make test` runs two side by side (platform/test.sh), told apart
+    by TEST_DB_SUFFIX, and what the tests keep there by a fixed name (a server's log, a cluster's data) is one each."""
+    return VAR / f"{name}{os.environ.get('TEST_DB_SUFFIX', '')}{extension}"
+
+
+SUPERVISOR_LOG = in_var("test-web-supervisor", ".log")  # every platform/web.py this process starts appends to it
 
 
 # platform/ is deliberately no package (one named `platform` would shadow the standard library's); its modules
@@ -115,7 +121,7 @@ def start_daphne(
         "KAFKA_BOOTSTRAP_SERVERS": settings.KAFKA.bootstrap_servers,
         **env_overrides,
     }
-    log_path = VAR / f"{log_name}{RUN_SUFFIX}.log"
+    log_path = in_var(log_name, ".log")
     log_path.parent.mkdir(exist_ok=True)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
@@ -197,15 +203,10 @@ def web_environment(port: int, processes: int = 2, **env: str) -> dict[str, str]
     }
 
 
-def supervisor_log() -> Path:
-    """Where every platform/web.py this process starts logs (appended)."""
-    return VAR / f"test-web-supervisor{RUN_SUFFIX}.log"
-
-
 def start_web(port: int, processes: int = 2, **env: str) -> subprocess.Popen[bytes]:
     environment = web_environment(port, processes, **env)
     VAR.mkdir(exist_ok=True)
-    with supervisor_log().open("ab") as log:  # the child keeps its own copy of the descriptor
+    with SUPERVISOR_LOG.open("ab") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(
             [sys.executable, "platform/web.py"], cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT
         )
@@ -424,7 +425,7 @@ class KafkaCluster:
 
     def __init__(self, name: str, nodes: list[embedded_kafka.NodeSpec]) -> None:
         self.name, self.nodes = name, {node.node_id: node for node in nodes}
-        self.root = VAR / f"{name}{RUN_SUFFIX}"
+        self.root = in_var(name)
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
@@ -494,7 +495,7 @@ def kafka_cluster(
     `advertised` maps a node id to the port its clients are told to use (a `TcpProxy` in front, which must be
     running already and forward to `ports[node_id]`).
     """
-    root = VAR / f"{name}{RUN_SUFFIX}"
+    root = in_var(name)
     shutil.rmtree(root, ignore_errors=True)
     nodes = [
         embedded_kafka.NodeSpec(
@@ -543,6 +544,6 @@ def start_schema_registry() -> embedded_registry.Registry:
     """A fresh Apicurio Registry (storage in memory) on a free port, once its Confluent API answers; its `url`
     is that API's. Output in var/test-schema-registry.log, rewritten at each start."""
     try:
-        return embedded_registry.start(VAR / f"test-schema-registry{RUN_SUFFIX}.log")
+        return embedded_registry.start(in_var("test-schema-registry", ".log"))
     except embedded.ServiceError as exc:
         pytest.fail(str(exc))

@@ -194,23 +194,28 @@ def test_a_flow_whose_client_went_mid_response_lets_go_of_its_request(
     flow.abort()  # nothing to drop any more, and no error
 
 
+def reply(request: Any, message: dict[str, Any]) -> None:
+    """`message` through `FlowControlServer`'s reply path alone (no port), as daphne hands it an application's."""
+    from streams.server.daphne import FlowControlServer  # noqa: PLC0415  (settings are read at its first use)
+
+    server: Any = FlowControlServer.__new__(FlowControlServer)
+    server.connections = {request: {}}
+    asyncio.run(server.handle_reply(request, message))
+
+
 def test_a_stream_lets_go_of_its_header_tables_once_they_went_out_and_goes_on(
     pair: tuple[tcp.Connection, http.Request, socket.socket],
 ) -> None:
     """What a stream holds for as long as it lasts: not the request's headers (the scope has them) nor the response's
     (sent). The response goes on and ends as chunked HTTP/1.1 after that."""
-    from streams.server.daphne import FlowControlServer  # noqa: PLC0415  (settings are read at its first use)
-
     transport, started, client = pair
     request: Any = started  # daphne's WebRequest has `handle_reply` besides: given below
     request.requestHeaders.addRawHeader(b"user-agent", b"a browser")
     request.responseHeaders.addRawHeader(b"content-type", b"text/event-stream")
     replies: list[dict[str, Any]] = []
     request.handle_reply = replies.append  # daphne's WebRequest takes the message here: what it writes is below
-    server: Any = FlowControlServer.__new__(FlowControlServer)  # its reply path alone: no port
-    server.connections = {request: {}}
 
-    asyncio.run(server.handle_reply(request, {"type": "http.response.body", "body": b"", "more_body": True}))
+    reply(request, {"type": "http.response.body", "body": b"", "more_body": True})
     assert len(replies) == 1
     assert list(request.requestHeaders.getAllRawHeaders()) == []
     assert list(request.responseHeaders.getAllRawHeaders()) == []
@@ -226,15 +231,11 @@ def test_a_stream_lets_go_of_its_header_tables_once_they_went_out_and_goes_on(
 def test_a_response_that_has_not_written_keeps_its_headers(
     pair: tuple[tcp.Connection, http.Request, socket.socket],
 ) -> None:
-    from streams.server.daphne import FlowControlServer  # noqa: PLC0415
-
     request: Any = pair[1]
     request.startedWriting = 0  # as before daphne's first write
     request.responseHeaders.addRawHeader(b"content-type", b"text/event-stream")
     request.handle_reply = lambda message: None
-    server: Any = FlowControlServer.__new__(FlowControlServer)
-    server.connections = {request: {}}
-    asyncio.run(server.handle_reply(request, {"type": "http.response.start", "status": 200, "headers": []}))
+    reply(request, {"type": "http.response.start", "status": 200, "headers": []})
     assert request.responseHeaders.getRawHeaders(b"content-type") == [b"text/event-stream"]
 
 
