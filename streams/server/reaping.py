@@ -10,8 +10,9 @@ Nothing in that walk can change for a connection unless its application finishes
 are events: `ReapOnChange` notes the connection then (a done callback on the application, daphne's
 `protocol_disconnected`, and once more when the close timeout has passed) and the once-a-second check looks at
 the noted connections only, with the same rules. The close timeout's timer is armed only for an application
-found still running after its client went: armed at every disconnect, it held each request, its scope and its
-application for `application_close_timeout` (10 s) after they were done.
+found still running after its client went, and cancelled when that application finishes: armed at every
+disconnect, or left to run out, it held each request, its scope and its application for
+`application_close_timeout` (10 s) after they were done.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from twisted.internet import reactor as installed_reactor
 reactor: Any = installed_reactor  # twisted's stubs type the module attribute as the interface, self included
 
 log = logging.getLogger("daphne.server")  # where daphne reports these
-CLOSE_CHECK = "sse.close_check"  # in daphne's record of a connection: its close timeout's timer is armed
+CLOSE_CHECK = "sse.close_check"  # in daphne's record of a connection: its close timeout's timer, once armed
 
 
 class ServerConnections:
@@ -96,10 +97,9 @@ class ReapOnChange:
                     protocol,
                 )
                 instance.cancel()  # its done callback notes the connection again
-            elif not details.get(CLOSE_CHECK):
+            elif CLOSE_CHECK not in details:
                 # Looked at again once the close timeout has passed, unless it finishes first (its done callback).
-                details[CLOSE_CHECK] = True
-                reactor.callLater(left + 0.5, self._changed.add, protocol)
+                details[CLOSE_CHECK] = reactor.callLater(left + 0.5, self._changed.add, protocol)
             return
         if instance is not None and instance.done():
             self.report(protocol, instance, disconnected=bool(disconnected))
@@ -107,6 +107,12 @@ class ReapOnChange:
             instance = None
         if instance is None and disconnected:
             del self.connections[protocol]
+            timer = details.get(CLOSE_CHECK)
+            if timer is not None and timer.active():
+                # The application finished after its client went: its timer would hold the request, its scope
+                # and all they refer to until the close timeout, 10 s after it could go (in a reconnect storm,
+                # every stream that was open).
+                timer.cancel()
 
     def report(self, protocol: Any, instance: asyncio.Future[Any], *, disconnected: bool) -> None:
         """What daphne does with an application that raised: stop on KeyboardInterrupt, else log it and answer
