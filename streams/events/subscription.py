@@ -65,16 +65,35 @@ class SubscriptionOptions:
 _SHARED_OPTIONS: weakref.WeakValueDictionary[SubscriptionOptions, SubscriptionOptions] = weakref.WeakValueDictionary()
 
 
+BEGINNINGS_KEPT = 256  # the places subscriptions began in lately, each kept with its dicts (`_beginning`)
+_beginnings: dict[tuple[tuple[int, int], ...], tuple[dict[int, int], dict[int, bytes]]] = {}
+
+
+def _beginning(progress: Mapping[int, int]) -> tuple[dict[int, int], dict[int, bytes]]:
+    """The progress and encoded parts a subscription begins with, shared with those that began in the same place
+    lately: never changed in place (`Progress._make_own` copies them first)."""
+    key = tuple(progress.items())
+    found = _beginnings.get(key)
+    if found is None:
+        if len(_beginnings) >= BEGINNINGS_KEPT:
+            del _beginnings[next(iter(_beginnings))]  # the oldest
+        fresh = dict(key)
+        found = _beginnings[key] = (fresh, {p: encode_pair(p, o) for p, o in fresh.items()})
+    return found
+
+
 class Progress:
     """Where a subscription stands, as its event ids say it: each partition's next offset (`progress`), its
     encoded entry (kept so that an id re-encodes only the partition that moved), the id text once encoded, and
-    the events delivered to get there. The dicts are replaced, never changed in place, so subscriptions in one
-    place share them (`standpoint`, `adopt`). With `log_batches`, it keeps each record delivered and its size
-    until `take_batch()`, for the delivery log. The base of `Subscription`, whose feeding moves it."""
+    the events delivered to get there. Once handed out (`standpoint`, `adopt`) the dicts are replaced, never changed
+    in place, so subscriptions in one place share them; until then they are its own (`_own`) and change in place.
+    Subscriptions that begin in the same place begin with the same dicts (`_beginning`): thousands of idle
+    streams at a topic's end hold one pair, not one each. With `log_batches`, it keeps each record delivered and
+    its size until `take_batch()`, for the delivery log. The base of `Subscription`, whose feeding moves it."""
 
     def __init__(self, progress: Mapping[int, int], *, log_batches: bool = False) -> None:
-        self.progress = dict(progress)
-        self._parts = {p: encode_pair(p, o) for p, o in self.progress.items()}
+        self.progress, self._parts = _beginning(progress)
+        self._own = False  # whether `progress` and `_parts` are this one's alone, and change in place
         self._text: bytes | None = None
         self.delivered = 0
         self.batch: list[tuple[Record, int]] | None = [] if log_batches else None
@@ -94,6 +113,7 @@ class Progress:
     def standpoint(self) -> Position:
         """Its `position`, not copied, for subscriptions that take it as it is (`adopt`): `progress` and the
         encoded parts are replaced, never changed in place, so they can be shared."""
+        self._own = False
         return Position(self.progress, self._parts, self._text, self.sent())
 
     def adopt(self, standpoint: Position, delivered: int) -> None:
@@ -101,12 +121,18 @@ class Progress:
         been fed, `delivered` events. (Only a stream at the live end adopts, streams/stream/pump.py: it has
         reached its ends already.)"""
         self.progress, self._parts, self._text = standpoint.progress, standpoint.parts, standpoint.text
+        self._own = False
         self.delivered += delivered
         if self._deltas is not None and standpoint.sent is not None:
             self._deltas.take(standpoint.sent)
 
     def position(self) -> Position:
         return Position(dict(self.progress), dict(self._parts), self._text, self.sent())
+
+    def _make_own(self) -> None:
+        """Before `progress` or `_parts` change: copies of them if they were handed out."""
+        if not self._own:
+            self.progress, self._parts, self._own = dict(self.progress), dict(self._parts), True
 
     def sent(self) -> DeltaState | None:
         """With deltas, what it last sent of each key: one object for every subscription in the same state (its
@@ -118,6 +144,7 @@ class Progress:
         whoever hands the position over counts in the delivery log)."""
         self.progress = dict(position.progress)
         self._parts = dict(position.parts)
+        self._own = True
         self._text = position.text
         if self._deltas is not None and position.sent is not None:
             self._deltas.take(position.sent)
@@ -211,7 +238,7 @@ class Subscription(Progress, Ends):
         """Partitions added to the topic after this subscription began: listed in the ids from now on as nothing
         delivered yet (-2, read from the earliest on resuming), and delivered as they come, since every record of
         theirs is newer than the subscription (no compaction snapshot, and caught-up does not wait for them)."""
-        self.progress, self._parts = dict(self.progress), dict(self._parts)  # perhaps shared (`adopt`)
+        self._make_own()
         for partition in partitions:
             if partition not in self.progress:
                 self.progress[partition] = OFFSET_EARLIEST
@@ -244,7 +271,6 @@ class Subscription(Progress, Ends):
         is, so the id still moves past the whole batch); records without a key are all sent.
         """
         out: list[bytes] = []
-        self.progress, self._parts = dict(self.progress), dict(self._parts)  # perhaps shared (`adopt`)
         if conflate:
             records = _latest_per_key(records)
         if self._deltas is not None:
@@ -283,6 +309,8 @@ class Subscription(Progress, Ends):
             self._deliver(record, out)
 
     def _deliver(self, record: Record, out: list[bytes]) -> None:
+        if not self._own:
+            self._make_own()
         self.progress[record.partition] = record.offset + 1
         self._parts[record.partition] = encode_pair(record.partition, record.offset + 1)
         self._text = None

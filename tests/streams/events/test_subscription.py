@@ -160,3 +160,30 @@ def test_once_every_partition_reached_its_end_the_ends_are_let_go_and_it_deliver
 def containers_size(sub: Subscription) -> int:
     """The bytes of the subscription's own containers (its ends, what it reached and what it holds back)."""
     return sum(sys.getsizeof(part) for part in vars(sub).values() if isinstance(part, (dict, set)))
+
+
+def test_subscriptions_that_begin_in_one_place_share_it_until_one_moves() -> None:
+    # Idle streams at a topic's end hold one pair of progress dicts between them (docs/benchmarks.md, "Memory per
+    # idle stream"); the first to deliver takes copies, and the others' ids stay where they were.
+    first, second = subscription({0: 0, 1: 0}), subscription({0: 0, 1: 0})
+    assert first.progress is second.progress
+    first.feed([], eof=[0, 1])  # reaching the ends moves nothing: nothing copied
+    assert first.progress is second.progress
+    assert [e.id for e in events(first.feed([rec(0, 0, b"a")]))] == [encode_progress({0: 1, 1: OFFSET_EARLIEST})]
+    assert first.progress == {0: 1, 1: OFFSET_EARLIEST}
+    assert second.progress == {0: OFFSET_EARLIEST, 1: OFFSET_EARLIEST}
+    assert [e.id for e in events(second.feed([rec(1, 0, b"b")]))] == [encode_progress({0: OFFSET_EARLIEST, 1: 1})]
+    third = subscription({0: 0, 1: 0})
+    assert third.progress == {0: OFFSET_EARLIEST, 1: OFFSET_EARLIEST}  # the beginning kept was not moved
+
+
+def test_a_subscription_that_took_a_standpoint_copies_it_before_moving() -> None:
+    leader, follower = subscription({0: 0}), subscription({0: 0})
+    leader.feed([rec(0, 0, b"a")])
+    standpoint = leader.standpoint()
+    follower.adopt(standpoint, 1)
+    assert follower.progress is standpoint.progress
+    leader.feed([rec(0, 1, b"b")])
+    follower.feed([rec(0, 1, b"b"), rec(0, 2, b"c")])
+    assert standpoint.progress == {0: 1}  # handed out: neither changed it in place
+    assert (leader.progress, follower.progress) == ({0: 2}, {0: 3})
