@@ -82,6 +82,12 @@ def _beginning(progress: Mapping[int, int]) -> tuple[dict[int, int], dict[int, b
     return found
 
 
+def shared_offsets(offsets: Mapping[int, int]) -> dict[int, int]:
+    """A dict equal to `offsets`, the one every caller with these offsets got lately (streams that begin in one
+    place read from the same cursors): never to be changed in place."""
+    return _beginning(offsets)[0]
+
+
 class Progress:
     """Where a subscription stands, as its event ids say it: each partition's next offset (`progress`), its
     encoded entry (kept so that an id re-encodes only the partition that moved), the id text once encoded, and

@@ -14,7 +14,7 @@ import enum
 from collections.abc import Mapping
 
 from config.kafka_settings import KafkaSettings
-from streams.events.subscription import Position, Subscription
+from streams.events.subscription import Position, Subscription, shared_offsets
 from streams.hub.cache import Cache
 from streams.hub.shared_reads import Read, SharedReads
 from streams.hub.topic_state import TopicState
@@ -33,7 +33,8 @@ class StreamReader:
     """Where one stream stands in each partition of its topic (its cursors, which only it moves), and its reads.
 
     The cursors dict is replaced, never changed in place: a stream that takes another's position after a shared
-    write (`take_position`, every follower of a fan-out) holds the same dict, at no cost per stream."""
+    write (`take_position`, every follower of a fan-out) holds the same dict, at no cost per stream, and so do
+    streams that begin in the same place (`shared_offsets`) until they read something."""
 
     # One per open stream: no dict of its own.
     __slots__ = ("cache", "cursors", "replay", "state", "subscription")
@@ -42,7 +43,7 @@ class StreamReader:
         self, cache: Cache, kafka: KafkaSettings, state: TopicState, subscription: Subscription, starts: dict[int, int]
     ) -> None:
         self.cache, self.state, self.subscription = cache, state, subscription
-        self.cursors = dict(starts)  # next offset to read, per partition
+        self.cursors = shared_offsets(starts)  # next offset to read, per partition
         self.replay = Replay(kafka, cache, state.name)  # reads what the window no longer holds
 
     @property
@@ -144,12 +145,13 @@ class StreamReader:
         records = []
         eof = []
         budget = CHUNK_BYTES
-        cursors = dict(self.cursors)
+        cursors = self.cursors  # a copy is made before the first change: it may be shared
         for partition, start in self.cursors.items():
             window = self.cache.log(self.topic, partition)
             cursor = start
             if window is not None and conflate and start < window.start:
                 # Conflating skips what the window no longer holds: a key updated only before it is not resent.
+                cursors = cursors if cursors is not self.cursors else dict(cursors)
                 cursor = cursors[partition] = window.start
             if window is None or cursor < window.start:
                 continue
@@ -157,6 +159,7 @@ class StreamReader:
             if got:
                 records.extend(got)
                 budget -= sum(record.size for record in got)
+                cursors = cursors if cursors is not self.cursors else dict(cursors)
                 cursors[partition] = got[-1].offset + 1
             elif partition in self.state.at_end:
                 eof.append(partition)

@@ -114,6 +114,23 @@ def test_a_partition_at_its_end_with_nothing_to_read_is_reached_and_caught_up_is
     assert [event.event for event in events(reader.read_cache())] == ["caught-up"]
 
 
+def test_streams_that_begin_in_one_place_share_their_cursors_until_one_reads_something() -> None:
+    # Idle streams at a topic's end hold one cursors dict between them (docs/benchmarks.md, "Memory per idle stream").
+    cache = Cache(10**8)
+    cache.open(TOPIC, 0, 0)
+    cache.open(TOPIC, 1, 0)
+    first, second = reader_of(cache, {0: 0, 1: 0}), reader_of(cache, {0: 0, 1: 0})
+    assert first.cursors is second.cursors
+    first.state.at_end.update({0, 1})
+    first.read_cache()  # at the ends with nothing to read: nothing moves, nothing is copied
+    assert first.cursors is second.cursors
+    cache.append(TOPIC, 1, records(1, 0, b"x"))
+    assert texts(first.read_cache()) == ["x"]
+    assert (first.cursors, second.cursors) == ({0: 0, 1: 1}, {0: 0, 1: 0})
+    assert reader_of(cache, {0: 0, 1: 0}).cursors == {0: 0, 1: 0}  # the shared beginning did not move
+    assert texts(second.read_cache()) == ["x"]
+
+
 def test_a_conflating_read_skips_what_the_window_lost_and_sends_the_latest_value_per_key() -> None:
     cache = Cache(10**8)
     cache.open(TOPIC, 0, 5)  # records 0-4 are gone from the window
