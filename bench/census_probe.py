@@ -49,6 +49,19 @@ def rss_kib() -> int:
     return 0
 
 
+def holder_kind(holder: object) -> str:
+    """A holder's type; for an instance's attributes (a dict), whose they are. A function of its own: a
+    comprehension in `Census.take` reading the loop's `holder` made it a closure cell of that frame, which the
+    census's list of every object then held, and which held the list in turn whenever the last holder looked at
+    was that list. The cycle was frozen with everything else, and kept every object of the census, closed
+    streams included, until the collector's next review."""
+    kind = type_name(type(holder))
+    if isinstance(holder, dict):
+        owners = [o for o in gc.get_referrers(holder) if getattr(o, "__dict__", None) is holder]
+        kind = f"dict of {type_name(type(owners[0]))}" if owners else kind
+    return kind
+
+
 class Census:
     def __init__(self) -> None:
         self.taken = 0
@@ -74,10 +87,7 @@ class Census:
                 for holder in gc.get_referrers(obj):
                     if holder is objects or holder is found:
                         continue
-                    kind = type_name(type(holder))
-                    if isinstance(holder, dict):  # an instance's attributes: say whose
-                        owners = [o for o in gc.get_referrers(holder) if getattr(o, "__dict__", None) is holder]
-                        kind = f"dict of {type_name(type(owners[0]))}" if owners else kind
+                    kind = holder_kind(holder)
                     kinds[kind] = kinds.get(kind, 0) + 1
             del found
         del objects
