@@ -145,25 +145,24 @@ class StreamReader:
         records = []
         eof = []
         budget = CHUNK_BYTES
-        cursors = self.cursors  # a copy is made before the first change: it may be shared
+        moved: dict[int, int] = {}  # the cursors that move: the dict itself may be shared, and is replaced
         for partition, start in self.cursors.items():
             window = self.cache.log(self.topic, partition)
             cursor = start
             if window is not None and conflate and start < window.start:
                 # Conflating skips what the window no longer holds: a key updated only before it is not resent.
-                cursors = cursors if cursors is not self.cursors else dict(cursors)
-                cursor = cursors[partition] = window.start
+                cursor = moved[partition] = window.start
             if window is None or cursor < window.start:
                 continue
             got = window.read(cursor, len(window)) if conflate else _within_budget(window.read(cursor), budget)
             if got:
                 records.extend(got)
                 budget -= sum(record.size for record in got)
-                cursors = cursors if cursors is not self.cursors else dict(cursors)
-                cursors[partition] = got[-1].offset + 1
+                moved[partition] = got[-1].offset + 1
             elif partition in self.state.at_end:
                 eof.append(partition)
-        self.cursors = cursors
+        if moved:
+            self.cursors = {**self.cursors, **moved}
         return self.subscription.feed(records, eof, conflate=conflate) if records or eof else b""
 
     async def read_history(self) -> bytes:
