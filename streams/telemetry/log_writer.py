@@ -26,6 +26,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from config.kafka_settings import KafkaSettings
 from streams.kafka.admin import ensure_topic
+from streams.telemetry.avro_rows import RowEncoder
 from streams.telemetry.delivery_schema import (
     BATCH_ROWS,
     DELIVERIES,
@@ -33,6 +34,7 @@ from streams.telemetry.delivery_schema import (
     REFUSALS,
     REPORTS,
     SCHEMA_VERSION,
+    SCHEMAS,
     SESSIONS,
     TABLES,
     avro_batch_schema,
@@ -127,6 +129,22 @@ class LogWriter:
         return sent
 
 
+def batch_writer(table: str, common: dict[str, Any]) -> Callable[[list[dict[str, Any]]], bytes]:
+    """What writes a message of `table`'s rows, each with the process's `common` columns: `RowEncoder` for a table
+    of plain columns (sessions, refusals, reports), fastavro for one with maps (deliveries)."""
+    schema = SCHEMAS[table]
+    if RowEncoder.supports(schema):
+        return RowEncoder(schema, common).encode
+    parsed = fastavro.parse_schema(avro_batch_schema(table))
+
+    def write(rows: list[dict[str, Any]]) -> bytes:
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, parsed, [{**common, **row} for row in rows])
+        return buffer.getvalue()
+
+    return write
+
+
 class LogTopic:
     """The log's Kafka topic, as one process writes it: a producer keyed by the process, so the process's rows
     stay in order on one partition, created with the topic's settings on first use.
@@ -151,7 +169,8 @@ class LogTopic:
         self.node, self.pid = node or os.uname().nodename, os.getpid()
         self.process = f"{self.node}-{self.pid}-{uuid.uuid4().hex[:12]}"
         self.buffer_kbytes, self.timeout_s = buffer_kbytes, timeout_s
-        self.encoders = {table: fastavro.parse_schema(avro_batch_schema(table)) for table in TABLES}
+        common = {"schema_version": SCHEMA_VERSION, "node": self.node, "pid": self.pid, "process": self.process}
+        self.writers = {table: batch_writer(table, common) for table in TABLES}
         self.producer: Producer | None = None
         self.created = False
         self.rows_sent = self.messages_sent = self.rows_lost = self.send_errors = 0
@@ -185,18 +204,16 @@ class LogTopic:
 
     def send(self, tables: dict[str, list[dict[str, Any]]]) -> tuple[int, int]:
         """Hand each table's rows to the producer; returns (rows handed over, rows lost at once)."""
-        common = {"schema_version": SCHEMA_VERSION, "node": self.node, "pid": self.pid, "process": self.process}
         producer = self._producer()
         sent = lost = 0
         for table, rows in tables.items():
+            write = self.writers[table]
             for start in range(0, len(rows), BATCH_ROWS):
-                chunk = [{**common, **row} for row in rows[start : start + BATCH_ROWS]]
-                buffer = io.BytesIO()
-                fastavro.schemaless_writer(buffer, self.encoders[table], chunk)
+                chunk = rows[start : start + BATCH_ROWS]
                 try:
                     producer.produce(
                         self.name,
-                        buffer.getvalue(),
+                        write(chunk),
                         key=self.process,
                         headers={HEADER: header_value(table)},
                         on_delivery=partial(self._delivered, len(chunk)),
