@@ -28,6 +28,7 @@ def test_a_safe_client_request_id_is_kept_and_any_other_replaced() -> None:
         made = new_request_id(unsafe)
         assert len(made) == 16
         assert made.isalnum()
+    assert len({new_request_id(None) for _ in range(1000)}) == 1000  # random, never repeated
 
 
 def test_a_json_record_carries_the_request_id_and_the_exception() -> None:
