@@ -86,7 +86,9 @@ class StreamEndpoint:
         given = new_request_id(header(scope, b"x-request-id"))
         token = request_id.set(given)
         try:
-            await self.dispatch(scope, receive, with_request_id(send, given))
+            serving = self.dispatch(scope, receive, with_request_id(send, given))
+            del scope  # a stream lets go of it once open (`Stream.serve`): this frame is held as long
+            await serving
         finally:
             request_id.reset(token)
 
@@ -127,6 +129,9 @@ class StreamEndpoint:
         headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-store")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+RELEASED: Scope = {}  # a stream's scope once it let go of its request's (`Stream.serve`): nothing to read
 
 
 class Stream:
@@ -218,8 +223,10 @@ class Stream:
         self.route, self.pump = route, pump
         registration = Registration(self, stream_row(delivery, self.scope, matched, self.path, opened=opened))
         name = matched.topic
-        # This frame keeps only what the stream's end needs (the pump keeps what it reads).
+        # This frame keeps only what the stream's end needs (the pump keeps what it reads), and the stream lets go
+        # of the request's scope, its dicts and addresses (the access log's client is in the registration).
         del matched, resume, asks, topic, state, opened, opening
+        self.scope = RELEASED
         end = End.SERVER_STOPPING  # unless the race below ends otherwise
         try:
             registration.open()
@@ -329,12 +336,13 @@ class Registration:
     the delivery log, from its opening row to its closing row with the totals."""
 
     # One per open stream: no dict of its own.
-    __slots__ = ("route", "row", "runtime", "stream")
+    __slots__ = ("client", "route", "row", "runtime", "stream")
 
     def __init__(self, stream: Stream, row: StreamRow) -> None:
         assert stream.route is not None  # noqa: S101  (registered once it serves)
         self.stream, self.route, self.row = stream, stream.route, row
         self.runtime = stream.runtime
+        self.client = str((stream.scope.get("client") or ("",))[0])  # for the access log
 
     def open(self) -> None:
         stream, runtime, route = self.stream, self.runtime, self.route
@@ -363,7 +371,7 @@ class Registration:
         runtime.delivery_log.closed(row, end)
         # daphne logs a response when it ends; a stream its client left never does: it gets its own line.
         log_access(
-            method=stream.scope["method"], path=stream.path, status=200, bytes=row.bytes,
+            method="GET", path=stream.path, status=200, bytes=row.bytes,  # a HEAD ends before it registers
             duration_ms=round((time.time() - row.opened_at) * 1000, 1), route=self.route.name,
-            end=end.value, events=row.events, client=str((stream.scope.get("client") or ("",))[0]),
+            end=end.value, events=row.events, client=self.client,
         )  # fmt: skip
