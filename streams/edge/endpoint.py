@@ -15,7 +15,7 @@ import hmac
 import logging
 import sys
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from functools import partial
 from typing import Any
 
@@ -78,30 +78,25 @@ class StreamEndpoint:
     def _is_django(self, path: str) -> bool:
         return path == "/" or any(path.startswith(p) for p in settings.SSE_RESERVED_PREFIXES if p != "/-/")
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.django_app(scope, receive, send)
-            return
-        # Every request's log records carry its id, and its response says it (config/logs.py).
-        given = new_request_id(header(scope, b"x-request-id"))
-        token = request_id.set(given)
-        try:
-            serving = self.dispatch(scope, receive, with_request_id(send, given))
-            del scope  # a stream lets go of it once open (`Stream.serve`): this frame is held as long
-            await serving
-        finally:
-            request_id.reset(token)
+    # An ASGI 3 application though `__call__` is no coroutine function (asgiref's mark, read by its
+    # `guarantee_single_callable`): it returns what serves the request, and the task daphne runs it in holds no
+    # frame of this method for as long as a stream lasts.
+    _asgi_single_callable = True
 
-    def dispatch(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
-        """What serves the request, to be awaited: returned, not awaited here, so that no frame of this method is
-        held for as long as a stream runs."""
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Coroutine[Any, Any, None]:
+        if scope["type"] != "http":
+            return with_id(None, self.django_app(scope, receive, send))
+        # Every request's log records carry its id, and its response says it (config/logs.py): set where it is
+        # served, in the context of the request's own task.
+        given = new_request_id(header(scope, b"x-request-id"))
+        send = with_request_id(send, given)
         if self._is_django(scope["path"]):
-            return self.django_app(scope, receive, send)
+            return with_id(given, self.django_app(scope, receive, send))
         self.runtime.metrics.start()
         self.runtime.memory.start()
         if scope["path"].startswith("/-/") or scope["path"] in PROBES:
-            return self.internal(scope, send)
-        return Stream(scope, receive, send, self.runtime).run()
+            return with_id(given, self.internal(scope, send))
+        return Stream(scope, receive, send, self.runtime).run(given)
 
     async def internal(self, scope: Scope, send: Send) -> None:
         if scope["path"] == "/-/health":
@@ -129,6 +124,13 @@ class StreamEndpoint:
         headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-store")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+async def with_id(given: str | None, serving: Awaitable[None]) -> None:
+    """Serve a request that is not a stream with its id set, if it has one (in its own task's context)."""
+    if given is not None:
+        request_id.set(given)
+    await serving
 
 
 RELEASED: Scope = {}  # a stream's scope once it let go of its request's (`Stream.serve`): nothing to read
@@ -167,7 +169,8 @@ class Stream:
         self.runtime.refused(route, status, reason)
         await problem(self.send, status, title, detail, headers=(*headers, *self.cors), **extra)
 
-    async def run(self) -> None:
+    async def run(self, given_id: str) -> None:
+        request_id.set(given_id)  # in the request's task: its context ends with it
         path = self.path = raw_path(self.scope)
         if await side_request(self.scope, self.receive, self.send, path, self.runtime):
             return
