@@ -133,7 +133,11 @@ async def with_id(given: str | None, serving: Awaitable[None]) -> None:
     await serving
 
 
-RELEASED: Scope = {}  # a stream's scope once it let go of its request's (`Stream.serve`): nothing to read
+# What a stream needs to stream once started: its registration, the future that stops it, its flow, its topic and
+# its keep-alive interval (`Stream.start`).
+Started = tuple["Registration", "asyncio.Future[End]", Any, str, int]
+
+RELEASED: Scope = {}  # a stream's scope once it let go of its request's (`Stream.start`): nothing to read
 
 
 class Stream:
@@ -192,13 +196,30 @@ class Stream:
             admitted, ticket = checked
             del checked
             try:
-                await self.serve(admitted, head_only=self.scope["method"] == "HEAD")
+                # Set up in a frame of its own, gone once the stream streams: this frame is the one that waits.
+                started = await self.start(admitted, head_only=self.scope["method"] == "HEAD")
+                del admitted
+                if started is None:
+                    return
+                registration, stop, flow, topic, keepalive = started
+                del started
+                end = End.SERVER_STOPPING  # unless the race below ends otherwise
+                try:
+                    registration.open()
+                    pumping = registration.pump.run(keepalive)
+                    end = await race(pumping, stop, flow=flow, receive=self.receive, send=self.send, topic=topic)
+                finally:
+                    registration.close(end)
+                    await registration.pump.close()
+                    self.pump = None  # the pump's `on_gone` holds this stream: freed without the collector
             finally:
                 self.runtime.limits.release(ticket)
         finally:
             self.opened()
 
-    async def serve(self, admitted: Admitted, *, head_only: bool) -> None:
+    async def start(self, admitted: Admitted, *, head_only: bool) -> Started | None:
+        """The stream's topic opened, its response started and its pump made; what `run` needs to stream, or None
+        once the request is answered (a problem, or a HEAD's headers)."""
         matched, resume, asks = admitted.take()
         route = matched.route
         topic = await open_topic(self.runtime, matched, resume, asks)
@@ -206,13 +227,13 @@ class Stream:
             await self.problem(
                 topic.status, topic.title, topic.detail, reason=topic.reason, headers=topic.headers, **topic.extra
             )
-            return
+            return None
         state, opened = topic
         hub, delivery, sinks = self.runtime.hub(), self.runtime.delivery_log, self.runtime.deliveries
         await self.send({"type": "http.response.start", "status": 200, "headers": [*STREAM_HEADERS, *self.cors]})
         if head_only:
             await self.send({"type": "http.response.body", "body": b""})
-            return
+            return None
         opening = sse.retry(route.endpoint.retry_ms) + opened.preamble
         await self.send({"type": "http.response.body", "body": opening, "more_body": True})
         flow = self.scope.get("extensions", {}).get(FLOW_EXTENSION)
@@ -222,23 +243,13 @@ class Stream:
             label=route.name, stats=self.runtime.stats, log=sinks, on_gone=partial(self.end, End.TOPIC_DELETED),
             on_settled=self.opened,
         )  # fmt: skip
-        self.stop = asyncio.get_running_loop().create_future()
+        stop = self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump
         registration = Registration(self, stream_row(delivery, self.scope, matched, self.path, opened=opened))
-        name = matched.topic
-        # This frame keeps only what the stream's end needs (the pump keeps what it reads), and the stream lets go
-        # of the request's scope, its dicts and addresses (the access log's client is in the registration).
-        del matched, resume, asks, topic, state, opened, opening
+        # The stream lets go of the request's scope, its dicts and addresses (the access log's client is in the
+        # registration).
         self.scope = RELEASED
-        end = End.SERVER_STOPPING  # unless the race below ends otherwise
-        try:
-            registration.open()
-            pumping = pump.run(route.endpoint.keepalive_s)
-            end = await race(pumping, self.stop, flow=flow, receive=self.receive, send=self.send, topic=name)
-        finally:
-            registration.close(end)
-            await pump.close()
-            self.pump = None  # the pump's `on_gone` holds this stream: freed without the collector
+        return registration, stop, flow, matched.topic, route.endpoint.keepalive_s
 
     def opened(self) -> None:
         """No longer among the streams opening: its pump first rested, or its request ended (once however often
@@ -339,11 +350,12 @@ class Registration:
     the delivery log, from its opening row to its closing row with the totals."""
 
     # One per open stream: no dict of its own.
-    __slots__ = ("client", "route", "row", "runtime", "stream")
+    __slots__ = ("client", "pump", "route", "row", "runtime", "stream")
 
     def __init__(self, stream: Stream, row: StreamRow) -> None:
         assert stream.route is not None  # noqa: S101  (registered once it serves)
-        self.stream, self.route, self.row = stream, stream.route, row
+        assert stream.pump is not None  # noqa: S101
+        self.stream, self.route, self.row, self.pump = stream, stream.route, row, stream.pump
         self.runtime = stream.runtime
         self.client = str((stream.scope.get("client") or ("",))[0])  # for the access log
 
