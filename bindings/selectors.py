@@ -137,17 +137,23 @@ class RouteSpec:
     guarded: tuple[tuple[GuardSpec, tuple[str, ...]], ...] = ()  # every guard must authorise, with its roles
     fields: tuple[str, ...] = ()  # JSON Pointers: the parts of each value sent; none: all of it
     conflate_ms: int = 0  # at most one event per key per interval, the latest (0: every event)
+    # `delivery()`, made once: every open stream of the route keeps it (streams/routes/table.py, `OpenStreams`).
+    _delivery: tuple[object, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        guards = tuple((guard.name, guard.verification(), roles) for guard, roles in self.guarded)
+        delivery = (
+            self.topic, self.filters, self.event_id, self.start, self.caught_up, self.slow_client, guards, self.fields,
+            self.conflate_ms,
+        )  # fmt: skip
+        object.__setattr__(self, "_delivery", delivery)  # a frozen dataclass's derived field
 
     def delivery(self) -> tuple[object, ...]:
         """What decides which events a stream of this route gets and who may have it: a stream opened under one
         value is closed when a change gives another. Not in it: the paths (a stream is closed only when its own
         path no longer matches), endpoint settings such as retry and CORS, and a guard's cookie and challenge
         lead, which apply to new streams."""
-        guards = tuple((guard.name, guard.verification(), roles) for guard, roles in self.guarded)
-        return (
-            self.topic, self.filters, self.event_id, self.start, self.caught_up, self.slow_client, guards, self.fields,
-            self.conflate_ms,
-        )  # fmt: skip
+        return self._delivery
 
 
 def endpoint_spec(endpoint: Endpoint) -> EndpointSpec:

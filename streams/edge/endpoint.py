@@ -258,6 +258,10 @@ class Stream:
             self.counted = False
             self.runtime.opening -= 1
 
+    def route_changed(self) -> None:
+        """Its route changed or went (`OpenStreams.reconcile`): the client reconnects to what it is now."""
+        self.end(End.ROUTE_CHANGED)
+
     def reauthorised(self) -> None:
         """A challenge response renewed one of this stream's tokens."""
         if self.lease is not None:
@@ -363,7 +367,7 @@ class Registration:
         stream, runtime, route = self.stream, self.runtime, self.route
         runtime.delivery_log.opened(self.row)
         runtime.opened(route.name, self.row.start)
-        runtime.open_streams.add(stream, route, stream.path, partial(stream.end, End.ROUTE_CHANGED))
+        runtime.open_streams.add(stream, route, stream.path)
         if runtime.routes.changed_since(route, stream.path):  # changed while this stream was set up
             stream.end(End.ROUTE_CHANGED)
         if stream.grants:

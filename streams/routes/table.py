@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -55,20 +55,27 @@ def _load() -> tuple[tuple[RouteSpec, ...], Models]:
     return route_specs(), load_models()
 
 
+class OpenStream(Protocol):
+    """What `OpenStreams` knows of a stream: how to end it when its route changed."""
+
+    def route_changed(self) -> None: ...
+
+
 class OpenStreams:
     """The open streams of this process by route, with their path and what their route delivered when they
     opened."""
 
     def __init__(self) -> None:
         # Each stream's path as it came (its stream holds the same string): split into segments only when the routes
-        # change, not kept split for as long as the stream is open.
-        self.by_route: dict[str, dict[object, tuple[tuple[object, ...], str, Callable[[], None]]]] = {}
+        # change, not kept split for as long as the stream is open. The delivery is the route's own (`RouteSpec`
+        # makes it once), shared by its streams.
+        self.by_route: dict[str, dict[OpenStream, tuple[tuple[object, ...], str]]] = {}
         self.closed = 0
 
-    def add(self, stream: object, route: RouteSpec, path: str, close: Callable[[], None]) -> None:
-        self.by_route.setdefault(route.name, {})[stream] = (route.delivery(), path, close)
+    def add(self, stream: OpenStream, route: RouteSpec, path: str) -> None:
+        self.by_route.setdefault(route.name, {})[stream] = (route.delivery(), path)
 
-    def remove(self, stream: object, route: RouteSpec) -> None:
+    def remove(self, stream: OpenStream, route: RouteSpec) -> None:
         streams = self.by_route.get(route.name)
         if streams is not None:
             streams.pop(stream, None)
@@ -80,10 +87,10 @@ class OpenStreams:
         `current` maps each route's name to it and its delivery."""
         for name, streams in list(self.by_route.items()):
             route, now = current.get(name, (None, None))
-            for delivery, path, close in list(streams.values()):
+            for stream, (delivery, path) in list(streams.items()):
                 if route is None or delivery != now or route.match(path_segments(path)) is None:
                     self.closed += 1
-                    close()
+                    stream.route_changed()
 
 
 class RouteTable:

@@ -87,3 +87,14 @@ def test_it_reads_any_number_of_routes_in_four_queries() -> None:
     assert len(queries) == 4
     assert [(guard.name, roles) for guard, roles in specs[0].guarded] == [("jwt", ("read",)), ("other", ())]
     assert specs[0].guarded[0][0].issuer == ISSUER
+
+
+def test_a_routes_delivery_is_made_once_and_follows_its_settings() -> None:
+    """Every open stream of a route keeps its delivery (streams/routes/table.py): one tuple per route, not per stream;
+    a route made with other settings has another, and equality of routes ignores it."""
+    spec = RouteSpec(name="items", paths=("/items",), topic="items")
+    assert spec.delivery() is spec.delivery()
+    assert spec.delivery() == RouteSpec(name="other", paths=("/x",), topic="items").delivery()  # paths are not in it
+    assert spec.delivery() != RouteSpec(name="items", paths=("/items",), topic="items", conflate_ms=500).delivery()
+    assert spec == RouteSpec(name="items", paths=("/items",), topic="items")
+    assert "_delivery" not in repr(spec)
