@@ -16,7 +16,6 @@ import logging
 import sys
 import time
 from collections.abc import Awaitable, Coroutine
-from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -211,7 +210,7 @@ class Stream:
                 finally:
                     registration.close(end)
                     await registration.pump.close()
-                    self.pump = None  # the pump's `on_gone` holds this stream: freed without the collector
+                    self.pump = None  # the pump's owner is this stream: freed without the collector
             finally:
                 self.runtime.limits.release(ticket)
         finally:
@@ -240,8 +239,7 @@ class Stream:
         conflate = route.slow_client == SLOW_CLIENT_CONFLATE
         pump = Pump(
             hub, state, opened.subscription, opened.starts, send=self.send, flow=flow, conflate=conflate,
-            label=route.name, stats=self.runtime.stats, log=sinks, on_gone=partial(self.end, End.TOPIC_DELETED),
-            on_settled=self.opened,
+            label=route.name, stats=self.runtime.stats, log=sinks, owner=self,
         )  # fmt: skip
         stop = self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump
@@ -257,6 +255,10 @@ class Stream:
         if self.counted:
             self.counted = False
             self.runtime.opening -= 1
+
+    def topic_gone(self) -> None:
+        """Its topic was deleted (the pump says): the client reconnects and gets a 404."""
+        self.end(End.TOPIC_DELETED)
 
     def route_changed(self) -> None:
         """Its route changed or went (`OpenStreams.reconcile`): the client reconnects to what it is now."""

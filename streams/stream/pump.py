@@ -13,6 +13,7 @@ import asyncio
 import enum
 import logging
 from collections.abc import Callable, Hashable, Mapping
+from typing import Protocol
 
 from streams.codecs import sse
 from streams.codecs.asgi import Send
@@ -176,6 +177,16 @@ class DirectWrites:
                 follower.wake()
 
 
+class PumpOwner(Protocol):
+    """What a pump tells the stream it serves (an object, not callbacks: none are made per stream)."""
+
+    def topic_gone(self) -> None:
+        """The topic was deleted: how the stream ends."""
+
+    def opened(self) -> None:
+        """The pump rested for the first time: it has nothing more to write (caught up, or waiting)."""
+
+
 class Pump(DirectWrites):
     """Moves one stream's records to its client: everything its intake has ready goes out in one write. A full
     connection is not written to; its slow-client policy decides what happens while it is full. It is the stream
@@ -184,7 +195,7 @@ class Pump(DirectWrites):
     object between, for every stream at every batch)."""
 
     # One per open stream, as long as its client: no dict (docs/benchmarks.md, "Memory per idle stream").
-    __slots__ = ("hub", "keepalive", "label", "loop", "on_gone", "on_settled", "policy", "state", "subscription", "waiter")  # fmt: skip  # noqa: E501
+    __slots__ = ("hub", "keepalive", "label", "loop", "owner", "policy", "settled", "state", "subscription", "waiter")  # fmt: skip  # noqa: E501
 
     def __init__(
         self,
@@ -199,12 +210,11 @@ class Pump(DirectWrites):
         label: str = "",
         stats: StreamStats | None = None,
         log: DeliverySink | None = None,
-        on_gone: Callable[[], None] | None = None,
-        on_settled: Callable[[], None] | None = None,
+        owner: PumpOwner | None = None,
     ) -> None:
         self.hub, self.subscription = hub, subscription
-        self.on_gone = on_gone  # the topic was deleted: how the stream ends
-        self.on_settled = on_settled  # called once, the first time it has nothing more to write (caught up)
+        self.owner = owner  # the stream: told when the topic is deleted, and when the pump first rests
+        self.settled = False  # whether it rested once (and told its owner)
         self.label = label  # the route, for logs and the delivery log
         self.loop = loop = asyncio.get_running_loop()
         self.policy = SlowClientPolicy(conflate=conflate, stats=stats or StreamStats())
@@ -258,8 +268,8 @@ class Pump(DirectWrites):
     def gone(self) -> None:
         """The topic was deleted: nothing more goes out, and the stream ends."""
         self.stop()
-        if self.on_gone is not None:
-            self.on_gone()
+        if self.owner is not None:
+            self.owner.topic_gone()
 
     def grow(self, starts: Mapping[int, int]) -> None:
         """Partitions were added to the topic: read them from `starts`, and list them in the ids from now on."""
@@ -306,9 +316,10 @@ class Pump(DirectWrites):
                 await self.waiter.wait()  # ended from outside: `stop` is about to interrupt it (streams/edge/race.py)
                 continue
             self.phase = Phase.PARKED if self.intake.at_live_end() else Phase.WAITING
-            if (settled := self.on_settled) is not None:
-                self.on_settled = None
-                settled()
+            if not self.settled:
+                self.settled = True
+                if self.owner is not None:
+                    self.owner.opened()
             try:
                 await self.waiter.wait()
             finally:
