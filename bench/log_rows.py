@@ -15,7 +15,6 @@ The rows are made as `session_row` makes them, with the process's columns as `Lo
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import socket
 import statistics
@@ -28,16 +27,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import fastavro
-
 from streams.telemetry.avro_rows import RowEncoder
-from streams.telemetry.delivery_schema import (
-    BATCH_ROWS,
-    SCHEMA_VERSION,
-    SCHEMAS,
-    SESSIONS,
-    avro_batch_schema,
-)
+from streams.telemetry.delivery_schema import BATCH_ROWS, SCHEMA_VERSION, SCHEMAS, SESSIONS
+from streams.telemetry.log_writer import fastavro_writer
 
 COMMON = {"schema_version": SCHEMA_VERSION, "node": "web-1", "pid": 4242, "process": "web-1-4242-0123456789ab"}
 SENDS = 20_000
@@ -67,17 +59,6 @@ def session_rows(n: int) -> list[dict[str, Any]]:
         }
         for i in range(n)
     ]
-
-
-def fastavro_writer() -> Callable[[list[dict[str, Any]]], bytes]:
-    parsed = fastavro.parse_schema(avro_batch_schema(SESSIONS))
-
-    def write(rows: list[dict[str, Any]]) -> bytes:
-        buffer = io.BytesIO()
-        fastavro.schemaless_writer(buffer, parsed, [{**COMMON, **row} for row in rows])
-        return buffer.getvalue()
-
-    return write
 
 
 def flush(write: Callable[[list[dict[str, Any]]], bytes], rows: list[dict[str, Any]]) -> None:
@@ -115,7 +96,10 @@ def main() -> None:
     args = parser.parse_args()
 
     rows = session_rows(args.rows)
-    writers = {"fastavro": fastavro_writer(), "RowEncoder": RowEncoder(SCHEMAS[SESSIONS], COMMON).encode}
+    writers = {
+        "fastavro": fastavro_writer(SESSIONS, COMMON),
+        "RowEncoder": RowEncoder(SCHEMAS[SESSIONS], COMMON).encode,
+    }
     assert writers["fastavro"](rows[:100]) == writers["RowEncoder"](rows[:100])
     sender, receiver = socket.socketpair()
     receiver.setblocking(False)

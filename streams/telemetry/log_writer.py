@@ -135,6 +135,11 @@ def batch_writer(table: str, common: dict[str, Any]) -> Callable[[list[dict[str,
     schema = SCHEMAS[table]
     if RowEncoder.supports(schema):
         return RowEncoder(schema, common).encode
+    return fastavro_writer(table, common)
+
+
+def fastavro_writer(table: str, common: dict[str, Any]) -> Callable[[list[dict[str, Any]]], bytes]:
+    """fastavro's writing of a message of `table`'s rows, each with the process's `common` columns."""
     parsed = fastavro.parse_schema(avro_batch_schema(table))
 
     def write(rows: list[dict[str, Any]]) -> bytes:

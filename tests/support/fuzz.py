@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -155,6 +155,22 @@ class Endpoint:
         self.loop_thread.run(stop())
         self.executor.shutdown()
         self.runtime.delivery_log.close()  # its writer thread, started by the first refusal or stream
+
+
+def request_then_leave(leave: asyncio.Event) -> Callable[[], Awaitable[dict[str, object]]]:
+    """An ASGI `receive` for a stream request that stays: its empty request, then its client's going once `leave` is
+    set."""
+    requested = False
+
+    async def receive() -> dict[str, object]:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    return receive
 
 
 @pytest.fixture

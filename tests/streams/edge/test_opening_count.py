@@ -13,7 +13,7 @@ import pytest
 from bindings.services import do_put_route
 from streams.edge.runtime import STORM_OPENING
 from tests.conftest import unique
-from tests.support.fuzz import Endpoint, endpoint
+from tests.support.fuzz import Endpoint, endpoint, request_then_leave
 
 __all__ = ["endpoint"]  # the fixture, imported for pytest
 
@@ -28,16 +28,9 @@ def test_a_stream_counts_as_opening_until_its_pump_first_rests(
 
     async def scenario() -> tuple[int, int, int]:
         leave, opened = asyncio.Event(), asyncio.Event()
-        requested = False
         counted: list[int] = []
 
-        async def receive() -> dict[str, object]:
-            nonlocal requested
-            if not requested:
-                requested = True
-                return {"type": "http.request", "body": b"", "more_body": False}
-            await leave.wait()
-            return {"type": "http.disconnect"}
+        receive = request_then_leave(leave)
 
         async def send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.body":

@@ -14,7 +14,7 @@ import pytest
 
 from bindings.services import do_put_route
 from tests.conftest import unique
-from tests.support.fuzz import Endpoint, endpoint
+from tests.support.fuzz import Endpoint, endpoint, request_then_leave
 
 __all__ = ["endpoint"]  # the fixture, imported for pytest
 
@@ -33,15 +33,8 @@ def test_an_open_stream_holds_no_reference_to_its_scope(
 
     async def scenario() -> tuple[bool, int]:
         leave, opened = asyncio.Event(), asyncio.Event()
-        requested = False
 
-        async def receive() -> dict[str, object]:
-            nonlocal requested
-            if not requested:
-                requested = True
-                return {"type": "http.request", "body": b"", "more_body": False}
-            await leave.wait()
-            return {"type": "http.disconnect"}
+        receive = request_then_leave(leave)
 
         async def send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.body":
