@@ -132,10 +132,6 @@ async def with_id(given: str | None, serving: Awaitable[None]) -> None:
     await serving
 
 
-# What a stream needs to stream once started: its registration, the future that stops it, its flow, its topic and
-# its keep-alive interval (`Stream.start`).
-Started = tuple["Registration", "asyncio.Future[End]", Any, str, int]
-
 RELEASED: Scope = {}  # a stream's scope once it let go of its request's (`Stream.start`): nothing to read
 
 
@@ -196,29 +192,28 @@ class Stream:
             del checked
             try:
                 # Set up in a frame of its own, gone once the stream streams: this frame is the one that waits.
-                started = await self.start(admitted, head_only=self.scope["method"] == "HEAD")
+                registration = await self.start(admitted, head_only=self.scope["method"] == "HEAD")
                 del admitted
-                if started is None:
+                if registration is None:
                     return
-                registration, stop, flow, topic, keepalive = started
-                del started
+                pump, stop, topic = registration.pump, registration.stop, registration.row.topic
                 end = End.SERVER_STOPPING  # unless the race below ends otherwise
                 try:
                     registration.open()
-                    pumping = registration.pump.run(keepalive)
-                    end = await race(pumping, stop, flow=flow, receive=self.receive, send=self.send, topic=topic)
+                    pumping = pump.run(registration.route.endpoint.keepalive_s)
+                    end = await race(pumping, stop, flow=pump.flow, receive=self.receive, send=self.send, topic=topic)
                 finally:
                     registration.close(end)
-                    await registration.pump.close()
+                    await pump.close()
                     self.pump = None  # the pump's owner is this stream: freed without the collector
             finally:
                 self.runtime.limits.release(ticket)
         finally:
             self.opened()
 
-    async def start(self, admitted: Admitted, *, head_only: bool) -> Started | None:
-        """The stream's topic opened, its response started and its pump made; what `run` needs to stream, or None
-        once the request is answered (a problem, or a HEAD's headers)."""
+    async def start(self, admitted: Admitted, *, head_only: bool) -> Registration | None:
+        """The stream's topic opened, its response started and its pump made: its registration, which `run` streams
+        with, or None once the request is answered (a problem, or a HEAD's headers)."""
         matched, resume, asks = admitted.take()
         route = matched.route
         topic = await open_topic(self.runtime, matched, resume, asks)
@@ -241,13 +236,13 @@ class Stream:
             hub, state, opened.subscription, opened.starts, send=self.send, flow=flow, conflate=conflate,
             label=route.name, stats=self.runtime.stats, log=sinks, owner=self,
         )  # fmt: skip
-        stop = self.stop = asyncio.get_running_loop().create_future()
+        self.stop = asyncio.get_running_loop().create_future()
         self.route, self.pump = route, pump
         registration = Registration(self, stream_row(delivery, self.scope, matched, self.path, opened=opened))
         # The stream lets go of the request's scope, its dicts and addresses (the access log's client is in the
         # registration).
         self.scope = RELEASED
-        return registration, stop, flow, matched.topic, route.endpoint.keepalive_s
+        return registration
 
     def opened(self) -> None:
         """No longer among the streams opening: its pump first rested, or its request ended (once however often
@@ -356,12 +351,13 @@ class Registration:
     the delivery log, from its opening row to its closing row with the totals."""
 
     # One per open stream: no dict of its own.
-    __slots__ = ("client", "pump", "route", "row", "runtime", "stream")
+    __slots__ = ("client", "pump", "route", "row", "runtime", "stop", "stream")
 
     def __init__(self, stream: Stream, row: StreamRow) -> None:
         assert stream.route is not None  # noqa: S101  (registered once it serves)
         assert stream.pump is not None  # noqa: S101
-        self.stream, self.route, self.row, self.pump = stream, stream.route, row, stream.pump
+        assert stream.stop is not None  # noqa: S101
+        self.stream, self.route, self.row, self.pump, self.stop = stream, stream.route, row, stream.pump, stream.stop
         self.runtime = stream.runtime
         self.client = str((stream.scope.get("client") or ("",))[0])  # for the access log
 

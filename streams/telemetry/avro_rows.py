@@ -40,14 +40,14 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
+def zigzag(n: int) -> int:
+    """An Avro int's or long's zig-zag value (the same for both widths): small magnitudes, small values."""
+    return n << 1 if n >= 0 else (-n << 1) - 1
+
+
 def long(n: int) -> bytes:
-    """An Avro int or long: its zig-zag varint (the same bytes for both widths)."""
-    return varint(n << 1 if n >= 0 else (-n << 1) - 1)
-
-
-def string(s: str) -> bytes:
-    raw = s.encode()
-    return long(len(raw)) + raw
+    """An Avro int or long: its zig-zag varint."""
+    return varint(zigzag(n))
 
 
 _PRESENT_SMALL = [b"\x02" + bytes([n]) for n in range(ONE_BYTE)]  # branch 1 and a one-byte varint
@@ -55,10 +55,10 @@ _PRESENT_SMALL = [b"\x02" + bytes([n]) for n in range(ONE_BYTE)]  # branch 1 and
 
 def _present_long(n: int) -> bytes:
     """The union's branch 1 and a long."""
-    zigzag = n << 1 if n >= 0 else (-n << 1) - 1
-    if zigzag < ONE_BYTE:
-        return _PRESENT_SMALL[zigzag]
-    return b"\x02" + varint(zigzag)
+    value = zigzag(n)
+    if value < ONE_BYTE:
+        return _PRESENT_SMALL[value]
+    return b"\x02" + varint(value)
 
 
 def _present_string(s: str) -> bytes:
